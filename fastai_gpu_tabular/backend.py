@@ -1,0 +1,121 @@
+"The one module that knows cuDF/CuPy versus pandas/NumPy: lazy probes, the frame ops that differ, columns to tensors."
+from __future__ import annotations
+
+import functools, os
+import numpy as np, pandas as pd, torch
+
+__all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
+           'frame_device', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques', 'encode_codes',
+           'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype']
+
+# cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.
+@functools.cache
+def _probe():
+    "Import cuDF and CuPy once; return `(cudf, cupy, None)` or `(None, None, reason)`."
+    if os.environ.get('FGT_DISABLE_CUDF'): return None, None, 'FGT_DISABLE_CUDF is set'
+    try:
+        import cudf, cupy
+        if cupy.cuda.runtime.getDeviceCount() < 1: return None, None, 'no CUDA device is visible'
+        return cudf, cupy, None
+    # cuDF validates the driver at import and can fail with more than ImportError
+    except Exception as e: return None, None, f'{type(e).__name__}: {e}'
+
+def cudf_available() -> bool:
+    "Whether cuDF and CuPy import and a CUDA device is visible (imports them on the first call)."
+    return _probe()[0] is not None
+
+def cudf_reason() -> str|None:
+    "Why cuDF is unavailable, or None."
+    return _probe()[2]
+
+def require_cudf():
+    "Return the `cudf` module, or raise an ImportError that says how to get it."
+    cudf, _, reason = _probe()
+    if cudf is None:
+        raise ImportError(f"cuDF is not usable here ({reason}). Install fastai_gpu_tabular[cuda12] or [cuda13], "
+                          "matching the CUDA major that `nvidia-smi` reports, on a machine with an NVIDIA GPU.")
+    return cudf
+
+def _cupy(): return _probe()[1]
+
+def is_cudf(o) -> bool:
+    "Whether `o` is a cuDF object; checks the type's module, so it never imports cuDF."
+    return type(o).__module__.split('.')[0] == 'cudf'
+
+def backend_of(df) -> str:
+    "'cudf' or 'pandas'"
+    if is_cudf(df): return 'cudf'
+    if isinstance(df, (pd.DataFrame, pd.Series)): return 'pandas'
+    raise TypeError(f"Expected a pandas or cuDF DataFrame, got {type(df).__name__}")
+
+def to_backend(df, backend:str|None=None):
+    "Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own."
+    if backend is None or backend == backend_of(df): return df
+    if backend == 'cudf': return require_cudf().from_pandas(df)
+    if backend == 'pandas': return df.to_pandas()
+    raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")
+
+def to_pandas(o):
+    "Host copy of a (small) cuDF object; pandas and NumPy pass through."
+    return o.to_pandas() if is_cudf(o) else o
+
+def frame_device(df) -> torch.device:
+    "The device the frame's data lives on."
+    return torch.device('cuda', _cupy().cuda.runtime.getDevice()) if is_cudf(df) else torch.device('cpu')
+
+def col_to_tensor(col) -> torch.Tensor:
+    "A column as a torch tensor on the column's own device: zero-copy via `from_numpy`, or DLPack on the GPU."
+    if is_cudf(col): return torch.from_dlpack(col.values)
+    a = col.to_numpy()
+    if a.dtype == object: raise TypeError(f"column {col.name!r} holds Python objects, not numbers")
+    return torch.from_numpy(a)   # strided views are fine: the caller copies into the packed tensor
+
+def to_host(o):
+    "Small device results (Series, Index, arrays) as pandas/NumPy; host objects pass through."
+    if is_cudf(o): return o.to_pandas()
+    if type(o).__module__.split('.')[0] == 'cupy': return o.get()
+    return o
+
+def host_scalar(v):
+    "A device scalar (0-d CuPy array) as a NumPy scalar; host scalars pass through."
+    return v.get()[()] if type(v).__module__.split('.')[0] == 'cupy' else v
+
+def is_str_dtype(dtype) -> bool:
+    "Object or string columns: the ones fastai's `df_shrink` casts to category."
+    return getattr(dtype, 'name', str(dtype)).startswith(('object', 'str'))
+
+def is_numeric_dtype(dtype) -> bool:
+    return pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)
+
+def is_list_dtype(col) -> bool:
+    "Whether a column holds lists (cuDF list dtype, or pandas object cells that are lists/arrays)."
+    if is_cudf(col): return type(col.dtype).__name__ == 'ListDtype'
+    if col.dtype != object: return False
+    first = col.dropna()
+    return len(first) > 0 and isinstance(first.iloc[0], (list, tuple, np.ndarray))
+
+def sorted_uniques(col) -> list:
+    "Sorted distinct non-null values of `col` as a host list of NumPy scalars or Python objects, as fastai's `L.sorted()`."
+    if is_cudf(col): return list(to_host(col.dropna().unique().sort_values()).to_numpy())
+    u = col.dropna().unique()
+    if not isinstance(u, np.ndarray): u = np.asarray(u)
+    if u.dtype != object: return list(np.sort(u))
+    try: return sorted(u)
+    except TypeError as e:
+        kinds = sorted({type(o).__name__ for o in u})
+        raise TypeError(f"column {col.name!r} mixes value types {kinds}: cast it to one type first") from None
+
+def encode_codes(col, vocab:list, add:int=1):
+    """Codes of `col` against `vocab` (a list of values), plus `add`: a value not in `vocab`, or null, gives `add-1`.
+    Returns a Series on `col`'s index with pandas' smallest code dtype (as fastai's `pd.Categorical(...).codes+add`)."""
+    if is_cudf(col):
+        cudf = require_cudf()
+        dt = col.dtype.categories.dtype if type(col.dtype).__name__ == 'CategoricalDtype' else col.dtype
+        cats = cudf.Index(vocab) if is_str_dtype(dt) else cudf.Index(np.asarray(vocab), dtype=dt)
+        return (col.astype(cudf.CategoricalDtype(categories=cats)).cat.codes + add).fillna(add - 1)
+    codes = pd.Categorical(col, categories=vocab).codes
+    return pd.Series(codes + codes.dtype.type(add), index=col.index, name=col.name)
+
+def take_values(vocab:list, codes) -> pd.Series:
+    "The values of `vocab` at integer `codes` (a pandas Series; float codes from a decoded batch are fine)."
+    return pd.Series(np.asarray(vocab, dtype=object)[codes.to_numpy().astype(np.int64)], index=codes.index, name=codes.name)

@@ -1,0 +1,206 @@
+"`TabularGPU`: fastai's `Tabular` on a cuDF or pandas frame, processed on the frame's device and packed into tensors once."
+from __future__ import annotations
+
+import numpy as np, pandas as pd, torch
+from fastcore.foundation import L
+from fastcore.meta import delegates
+from fasttransform import Pipeline
+from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
+from fastai.data.transforms import Categorize, EncodedMultiCategorize, RegressionSetup
+from fastai.tabular.core import FillMissing, Tabular, df_shrink_dtypes
+from fastai.torch_core import display_df
+
+from .backend import (col_to_tensor, frame_device, is_cudf, is_numeric_dtype, is_str_dtype, to_backend,
+                      to_pandas)
+from .loader import BatchDataLoader, BatchDataLoaders
+from .procs import fill_nan_check, register_procs
+
+__all__ = ['TabularGPU']
+
+def _is_num(dt): return pd.api.types.is_numeric_dtype(dt) and not pd.api.types.is_bool_dtype(dt)
+
+def _row_order(splits, n):
+    "fastai's `df.iloc[sum(splits, [])]` as an index array, or None when that order is already `range(n)`."
+    if splits is None: return None
+    order = np.concatenate([np.asarray(list(s), dtype=np.int64) for s in splits]) if len(splits) else np.zeros(0, np.int64)
+    if len(order) and (order.min() < 0 or order.max() >= n):
+        raise IndexError(f"splits hold row positions outside the frame's {n} rows")
+    return None if len(order) == n and (order == np.arange(n)).all() else order
+
+class TabularGPU(Tabular):
+    "A `Tabular` over a cuDF or pandas frame: fastai's procs run on the frame's own device, batches come from packed tensors"
+    def __init__(self, df, procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None, splits=None,
+                 do_setup=True, device=None, inplace=False, reduce_memory=True,
+                 backend:str|None=None): # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
+        df = to_backend(df, backend)
+        # copies: FillMissing appends `_na` names, and fastai's would land in the caller's own list
+        cat_names,cont_names,y_names = L(cat_names).copy(),L(cont_names).copy(),L(y_names).copy()
+        self._check_names(df, cat_names, cont_names, y_names, procs, do_setup)
+        order = _row_order(splits, len(df))
+        # Only the named columns are kept (fastai copies the whole frame, twice with splits): no caller mutation either way
+        if inplace and order is None: items = df
+        else:
+            cols = [c for c in dict.fromkeys(cat_names + cont_names + y_names) if c in df.columns]
+            if is_cudf(df): items = df[cols] if order is None else df[cols].take(order)
+            # positional take: `df[cols]` would be flagged a copy, which fastai's chained_assignment='raise' rejects
+            else: items = df.iloc[slice(None) if order is None else order, df.columns.get_indexer(cols)]
+        self.all_rows_vocab = set()
+        if reduce_memory and len(items): items = self._shrink(items, cat_names)
+        items = self._prepare(items, cat_names, cont_names, y_names)
+        self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
+        self.items,self._packed,self._parent = items,{},None
+        self.y_names,self.device = y_names,device
+        if y_block is None and self.y_names:
+            # Make ys categorical if they're not numeric (fastai's rule)
+            y_block = RegressionBlock() if all(_is_num(items[n].dtype) for n in self.y_names) else CategoryBlock()
+        if y_block is not None and do_setup:
+            if callable(y_block): y_block = y_block()
+            procs = L(procs) + y_block.type_tfms
+        self.cat_names,self.cont_names,self.procs = cat_names,cont_names,Pipeline(procs)
+        self.split = len(items) if splits is None else len(splits[0])
+        if do_setup: self.setup()
+
+    @staticmethod
+    def _check_names(df, cat_names, cont_names, y_names, procs, do_setup):
+        "Fail fast, naming the columns, before any copy or proc runs."
+        if do_setup and len(df) == 0: raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
+        for kind,names in (('cat', cat_names), ('cont', cont_names), ('y', y_names)):
+            if len(set(names)) != len(names): raise ValueError(f"{kind}_names lists a column twice: {list(names)}")
+        both = (set(cat_names) & set(cont_names)) | (set(y_names) & (set(cat_names) | set(cont_names)))
+        if both: raise ValueError(f"column(s) {sorted(both)} are named in more than one of cat_names/cont_names/y_names")
+        made = {f'{n}_na' for n in cont_names}   # FillMissing makes these
+        need = [n for n in cat_names if not (n in made and not do_setup)] + list(cont_names) + (list(y_names) if do_setup else [])
+        missing = [n for n in need if n not in df.columns]
+        if missing: raise KeyError(f"column(s) {missing} are not in the frame (it has {list(df.columns)[:20]})")
+
+    def _shrink(self, items, cat_names):
+        "fastai's `df_shrink`: downcast numbers; object/str cat columns get their vocab from all rows, as its category cast does."
+        dtypes = df_shrink_dtypes(items)
+        for c,t in dtypes.items():
+            if t != 'category': items[c] = items[c].astype(t)
+            elif c in cat_names: self.all_rows_vocab.add(c)
+        return items
+
+    @staticmethod
+    def _prepare(items, cat_names, cont_names, y_names):
+        "Coerce conts to numbers (predict's `row.to_frame().T` is all object) and reject what cannot be encoded."
+        for n in cont_names:
+            if n not in items.columns: continue
+            dt = items[n].dtype
+            if is_numeric_dtype(dt) and not is_str_dtype(dt): continue
+            if is_cudf(items) or type(dt).__name__ == 'CategoricalDtype':
+                raise TypeError(f"continuous column {n!r} has dtype {dt}, not a number: put it in cat_names or convert it")
+            try: items[n] = pd.to_numeric(items[n])
+            except (ValueError, TypeError) as e:
+                raise TypeError(f"continuous column {n!r} is not numeric ({e}): put it in cat_names or convert it") from None
+        if is_cudf(items):   # cuDF keeps NaN apart from null; fastai's procs treat both as missing
+            floats = [c for c in items.columns if items[c].dtype.kind == 'f']
+            if floats: items[floats] = items[floats].nans_to_nulls()
+        for n in y_names:
+            if n in items.columns and items[n].isna().any():
+                raise ValueError(f"target column {n!r} contains NaN/null: drop or fill those rows (or drop the column "
+                                 "for unlabelled data)")
+        return items
+
+    # --- what the procs use ---------------------------------------------------------------------------------------
+    @property
+    def full_items(self):
+        "The frame of the object this one is a train/valid subset of (its own frame otherwise)."
+        return self._parent.items if self._parent is not None else self.items
+
+    def set_col(self, n, v):
+        "Set column `n` (a Series on this frame's index) and forget the packed tensors."
+        self.items[n] = v
+        self._packed = {}
+
+    def __setitem__(self, k, v):
+        super().__setitem__(k, v)
+        self._packed = {}
+
+    def transform(self, cols, f, all_col=True):
+        "Apply `f` to each column in `cols`, as `TabularPandas.transform` (for custom procs)."
+        if not all_col: cols = [c for c in cols if c in self.items.columns]
+        for c in cols: self.set_col(c, f(self.items[c]))
+
+    def setup(self):
+        if not self._has(FillMissing): fill_nan_check(self, None)
+        self._packed = {}
+        self.procs.setup(self)
+
+    def process(self):
+        if not self._has(FillMissing): fill_nan_check(self, None)
+        self._packed = {}
+        self.procs(self)
+
+    def _has(self, tfm_type): return any(isinstance(t, tfm_type) for t in self.procs.fs)
+
+    def subset(self, i):
+        "Train (0) or valid (1) rows as a view: no frame copy (fastai copies), and packed tensors sliced from this object's."
+        rows = slice(0, self.split) if i == 0 else slice(self.split, len(self))
+        items = self.items.iloc[rows]
+        res = object.__new__(type(self))
+        res.__dict__.update({k:v for k,v in self.__dict__.items() if k != 'dataloaders'})
+        res.dataloaders = delegates(res._dl_type.__init__)(res.dataloaders)
+        # a shallow copy, so assigning a column to the subset is allowed and leaves this object's frame alone
+        res.items = items if is_cudf(items) else items.copy(deep=False)
+        res.split,res._packed,res._parent,res._rows = len(items),{},self,rows
+        return res
+
+    def decode(self):
+        "Decode in place, on the host: decoded columns are for display, and `#na#` among numbers has no cuDF dtype."
+        self.items,self._packed = to_pandas(self.items),{}
+        return self.procs.decode(self)
+
+    def show(self, max_n=10, **kwargs):
+        "Display the first `max_n` rows decoded (category names, de-normalised values), on the host."
+        display_df(self.new(to_pandas(self.all_cols[:max_n])).decode().items)
+
+    def __getstate__(self):
+        # packed tensors are a cache, and a subset's parent would pickle the whole frame: both are rebuilt on demand
+        return {k:v for k,v in self.__dict__.items() if k not in ('_packed', '_parent', '_rows')}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._packed,self._parent = {},None
+
+    # --- packing --------------------------------------------------------------------------------------------------
+    @property
+    def has_y(self) -> bool: return len(self.y_names) > 0 and all(n in self.items.columns for n in self.y_names)
+
+    def packed(self, device=None) -> tuple:
+        "`(cats, conts[, ys])` as contiguous tensors on `device` (default: the frame's), packed once and cached."
+        device = torch.device(device) if device is not None else frame_device(self.items)
+        if device.type == 'cuda' and device.index is None: device = torch.device('cuda', torch.cuda.current_device())
+        if device not in self._packed:
+            if self._parent is not None: ts = tuple(t[self._rows] for t in self._parent.packed())[:3 if self.has_y else 2]
+            else: ts = self._pack()
+            self._packed[device] = tuple(t.to(device) for t in ts)
+        return self._packed[device]
+
+    def _pack(self):
+        n,dev = len(self.items),frame_device(self.items)
+        def _fill(names, dtype, what):
+            out = torch.empty((n, len(names)), dtype=dtype, device=dev)
+            for j,c in enumerate(names if n else []):
+                col = self.items[c]
+                if is_str_dtype(col.dtype) or not is_numeric_dtype(col.dtype):
+                    raise TypeError(f"{what} column {c!r} holds {col.dtype} values, not codes: call `process()` on this "
+                                    "TabularGPU first (test_dl does unless process=False)")
+                out[:, j] = col_to_tensor(col)
+            return out
+        res = [_fill(self.cat_names, torch.int32, 'cat'), _fill(self.cont_names, torch.float32, 'cont')]
+        if n and res[1].isnan().any():
+            bad = [c for j,c in enumerate(self.cont_names) if res[1][:, j].isnan().any()]
+            raise ValueError(f"continuous column(s) {bad} hold NaN after processing: add FillMissing to procs")
+        if self.has_y: res.append(_fill(self.y_names, self._y_dtype(), 'y'))
+        return tuple(res)
+
+    def _y_dtype(self):
+        "long for class indices (as fastai's CrossEntropy wants), float32 for regression and multi-label targets."
+        if self._has(Categorize): return torch.int64
+        ints = all(pd.api.types.is_integer_dtype(self.items[n].dtype) for n in self.y_names)
+        return torch.int64 if ints and not self._has((RegressionSetup, EncodedMultiCategorize)) else torch.float32
+
+register_procs(TabularGPU)
+TabularGPU._dl_type,TabularGPU._dbunch_type = BatchDataLoader,BatchDataLoaders
+BatchDataLoaders._tabular_type = TabularGPU

@@ -1,0 +1,113 @@
+"`BatchDataLoader`: batches gathered from tensors packed once on the device; one permutation an epoch, one gather a batch."
+from __future__ import annotations
+
+import pandas as pd, torch
+from fastcore.foundation import L
+from fastcore.meta import delegates
+from fastai.data.transforms import IndexSplitter, RandomSplitter
+from fastai.tabular.core import ReadTabBatch, TabDataLoader, Tabular
+from fastai.tabular.data import TabularDataLoaders
+
+__all__ = ['BatchDataLoader', 'BatchDataLoaders', 'ReadTabBatchGPU']
+
+class ReadTabBatchGPU(ReadTabBatch):
+    "fastai's `ReadTabBatch` for batches that are already tensors: encodes passes them through, decodes is fastai's"
+    def encodes(self, b:list): return b
+
+@delegates()
+class BatchDataLoader(TabDataLoader):
+    "A `TabDataLoader` over a `TabularGPU`: no per-row Python, no collation, no workers; the data stays on `device`"
+    def __init__(self, dataset, bs=64, shuffle=False, after_batch=None, num_workers=0,
+                 wgts=None, # per-row sampling weights: shuffled epochs then draw `n` rows with replacement (fastai's TabWeightedDL)
+                 **kwargs):
+        if bs is None or int(bs) < 1: raise ValueError(f"bs must be a positive integer, got {bs!r}")
+        if after_batch is None: after_batch = [ReadTabBatchGPU(dataset)]
+        self.wgts = None if wgts is None else torch.as_tensor(wgts, dtype=torch.float)
+        # worker processes would only copy the packed tensors: everything here is one gather on the device
+        super().__init__(dataset, bs=int(bs), shuffle=shuffle, after_batch=after_batch, num_workers=0, **kwargs)
+        if self.wgts is not None and len(self.wgts) != self.n:
+            raise ValueError(f"wgts has {len(self.wgts)} entries for {self.n} rows")
+        if self.drop_last and 0 < self.n < self.bs:
+            raise ValueError(f"bs={self.bs} is more than the {self.n} rows and drop_last=True, so this loader would yield "
+                             "no batch: lower bs (or val_bs), or pass drop_last=False")
+        self.to(self.device)
+
+    @property
+    def tensors(self) -> tuple:
+        "The packed `(cats, conts[, ys])` on this loader's device (moved there once, then cached by the dataset)."
+        return self.dataset.packed(self.device)
+
+    def to(self, device):
+        "Move to `device` now, so a bad frame fails here rather than at the first batch."
+        self.device = device
+        if self.n: self.tensors
+        return self
+
+    def _overridden(self, nm):
+        "Whether `nm` was replaced through `new(nm=...)`/kwargs or a subclass, which we must then honour."
+        return nm in self.__dict__ or getattr(type(self), nm) is not getattr(BatchDataLoader, nm)
+
+    def get_idxs(self):
+        "Row order of an epoch as a CPU LongTensor (what `get_preds(reorder=True)` reads); training draws it on the device."
+        order = self._own_order()
+        return torch.arange(self.n) if order is None else order.cpu()
+
+    def shuffle_fn(self, idxs): return idxs[torch.randperm(len(idxs), device=idxs.device)]
+
+    def _order(self):
+        "This epoch's row order on the data's device, or None for `range(n)` (batches are then slices: no copy)."
+        if not self._overridden('get_idxs'): return self._own_order()
+        return torch.as_tensor(self.get_idxs(), dtype=torch.long).to(self.tensors[0].device)
+
+    def _own_order(self):
+        if not self.shuffle: return None
+        dev = self.tensors[0].device
+        if self.wgts is not None: return torch.multinomial(self.wgts.to(dev), self.n, replacement=True)
+        if self._overridden('shuffle_fn'): return self.shuffle_fn(torch.arange(self.n, device=dev))
+        return torch.randperm(self.n, device=dev)
+
+    def sample(self):
+        "Each batch's rows: a slice when in order, else a chunk of this epoch's permutation."
+        order = self._order()
+        n = self.n if order is None else len(order)
+        end = n - n % self.bs if self.drop_last else n
+        for i in range(0, end, self.bs): yield slice(i, min(i + self.bs, n)) if order is None else order[i:i + self.bs]
+
+    def create_batch(self, rows):
+        "One gather per tensor (a view when `rows` is a slice)."
+        if isinstance(rows, slice): return tuple(t[rows] for t in self.tensors)
+        return tuple(t.index_select(0, rows) for t in self.tensors)
+
+    def create_batches(self, samps): return map(self.create_batch, samps)
+    def do_item(self, s): return 0 if s is None else s
+    def do_batch(self, b): return self.create_batch(torch.as_tensor(b, dtype=torch.long, device=self.tensors[0].device))
+
+    def __iter__(self):
+        self.randomize()
+        self.before_iter()
+        for b in self.create_batches(self.sample()): yield self.after_batch(b)
+        self.after_iter()
+
+class BatchDataLoaders(TabularDataLoaders):
+    "`TabularDataLoaders` of `BatchDataLoader`s; `test_dl` takes a cuDF or pandas frame"
+    _tabular_type = None   # `TabularGPU`, set by `core` (the loader knows nothing of frames)
+
+    @classmethod
+    @delegates(Tabular.dataloaders, but=["dl_type", "dl_kwargs"])
+    def from_df(cls, df, path='.', procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None,
+                valid_idx=None, backend=None, **kwargs):
+        "Create `BatchDataLoaders` from a cuDF or pandas `df`, as `TabularDataLoaders.from_df`"
+        cat_names = L(cat_names)
+        if cont_names is None: cont_names = [c for c in df.columns if c not in set(cat_names) | set(L(y_names))]
+        splits = RandomSplitter()(df) if valid_idx is None else IndexSplitter(valid_idx)(df)
+        to = cls._tabular_type(df, procs, cat_names, cont_names, y_names, splits=splits, y_block=y_block, backend=backend)
+        return to.dataloaders(path=path, **kwargs)
+
+    @classmethod
+    def from_csv(cls, csv, skipinitialspace=True, backend=None, **kwargs):
+        "Create `BatchDataLoaders` from `csv`, read by cuDF when `backend='cudf'`, else by pandas"
+        if backend == 'cudf':
+            from .backend import require_cudf
+            df = require_cudf().read_csv(csv)
+        else: df = pd.read_csv(csv, skipinitialspace=skipinitialspace)
+        return cls.from_df(df, backend=backend, **kwargs)

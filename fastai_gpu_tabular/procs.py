@@ -1,0 +1,149 @@
+"fastai's own `Categorify`, `FillMissing`, `Normalize` and `Categorize`, computed on the frame's device (cuDF or pandas)."
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+import numpy as np, pandas as pd
+from fastcore.foundation import L
+from fastai.data.transforms import Categorize, CategoryMap, Normalize
+from fastai.tabular.core import Categorify, FillMissing, FillStrategy
+
+from .backend import encode_codes, host_scalar, is_cudf, sorted_uniques, take_values, to_host
+
+__all__ = ['register_procs', 'category_map', 'fill_nan_check']
+
+def category_map(values:list, add_na=True) -> CategoryMap:
+    "A fastai `CategoryMap` from values already unique and ordered (its own `__init__` loops over the column in Python)."
+    res = CategoryMap.__new__(CategoryMap)
+    res.items = L(['#na#', *values] if add_na else list(values))
+    o2i = {v:i for i,v in enumerate(res.items)}
+    res.o2i = defaultdict(int, o2i) if add_na else o2i
+    return res
+
+def _cat_values(col, strict=False) -> list:
+    "fastai's vocabulary order: a categorical's categories as they are, else the sorted distinct values."
+    if type(col.dtype).__name__ != 'CategoricalDtype': return sorted_uniques(col)   # pandas' or cuDF's
+    cats = list(to_host(col.cat.categories))
+    if not strict: return cats
+    present = set(to_host(col.dropna().unique()))
+    return [c for c in cats if c in present]
+
+def _loud(f):
+    "fasttransform's `Transform.setup` swallows AttributeError: re-raise it as an error the user sees."
+    @functools.wraps(f)
+    def _inner(self, to):
+        try: return f(self, to)
+        except AttributeError as e: raise RuntimeError(f"{type(self).__name__}.setups failed: {e}") from e
+    return _inner
+
+def fill_nan_check(to, na_dict:dict|None):
+    "Raise, naming the columns, if a continuous column has NaN that nothing will fill (no FillMissing, or none in training)."
+    known = set(na_dict or ())
+    bad = [n for n in to.cont_names if n not in known and to.items[n].isna().any()]
+    if not bad: return
+    if na_dict is None:
+        raise ValueError(f"continuous column(s) {bad} contain NaN and `procs` has no FillMissing: add FillMissing, "
+                         "or fill them before TabularGPU")
+    raise ValueError(f"continuous column(s) {bad} contain NaN, but had none in the training rows, so FillMissing "
+                     "learned no fill value for them: fill them before inference, or retrain with NaN present")
+
+# --- Categorify ---------------------------------------------------------------------------------------------------
+def _categorify_setups(self, to):
+    full = to.full_items
+    # object/str columns: fastai's df_shrink casts them to category over *all* rows, so their vocab includes valid-only
+    # values; we keep that (parity), and train-only everywhere else.
+    self.classes = {n: category_map(_cat_values(full[n] if n in to.all_rows_vocab else to.items[n]))
+                    for n in to.cat_names}
+
+def _categorify_encodes(self, to):
+    for n in to.cat_names: to.set_col(n, encode_codes(to.items[n], self.classes[n].items[1:], add=1))
+
+def _categorify_decodes(self, to):
+    for n in to.cat_names: to.set_col(n, take_values(self.classes[n].items, to.items[n]))
+
+# --- FillMissing --------------------------------------------------------------------------------------------------
+def _fill_value(strategy, col, fill, name):
+    v = host_scalar(to_host(strategy(col, fill)))
+    if v is None or (pd.api.types.is_scalar(v) and pd.isna(v)):
+        raise ValueError(f"continuous column {name!r} is entirely NaN in the training rows: FillMissing cannot "
+                         "compute a fill value. Drop the column or pass `fill_vals`")
+    # pandas' median/mode of a float32 column is a float32: give cuDF's results that type too
+    computed = is_cudf(col) and strategy is not FillStrategy.constant
+    return col.dtype.type(v) if computed and isinstance(v, (float, np.floating)) and col.dtype.kind == 'f' else v
+
+def _fillmissing_setups(self, to):
+    strategy = getattr(FillStrategy, self.fill_strategy) if isinstance(self.fill_strategy, str) else self.fill_strategy
+    missing = [n for n in to.cont_names if to.items[n].isna().any()]
+    self.na_dict = {n: _fill_value(strategy, to.items[n], self.fill_vals[n], n) for n in missing}
+    self.fill_strategy = strategy.__name__
+
+def _fillmissing_encodes(self, to):
+    fill_nan_check(to, self.na_dict)
+    for n,v in self.na_dict.items():
+        col = to.items[n]
+        if self.add_col: to.set_col(n+'_na', col.isna())
+        to.set_col(n, col.fillna(v))
+        if self.add_col and n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')
+
+# --- Normalize ----------------------------------------------------------------------------------------------------
+def _stat_dict(s, dtypes) -> dict:
+    "A reduction of the cont frame as a dict; on cuDF, cast to the dtype pandas gives (float32 only if all are)."
+    if not is_cudf(s): return dict(s)
+    t = np.result_type(np.float32, *[np.float64 if d.kind in 'iub' else d for d in dtypes])
+    return {k: t.type(v) for k,v in to_host(s).items()}
+
+def _normalize_setups(self, to):
+    conts = to.train.items[list(to.cont_names)]   # a plain Transform: `setups` gets the whole object
+    dtypes = [conts[n].dtype for n in to.cont_names]
+    self.means = _stat_dict(conts.mean(), dtypes)
+    self.stds = _stat_dict(conts.std(ddof=0) + 1e-7, dtypes)
+    return self(to)
+
+def _normalize_encodes(self, to):
+    for n in to.cont_names: to.set_col(n, (to.items[n] - self.means[n]) / self.stds[n])
+    return to
+
+def _normalize_decodes(self, to):
+    for n in to.cont_names: to.set_col(n, to.items[n] * self.stds[n] + self.means[n])
+    return to
+
+# --- Categorize (the target of a classification) -------------------------------------------------------------------
+def _categorize_setups(self, to):
+    if len(to.y_names) > 0:
+        if self.vocab is None: self.vocab = category_map(_cat_values(to.train.items[to.y_names[0]], strict=True), add_na=False)
+        else: self.vocab = CategoryMap(self.vocab, sort=False, add_na=self.add_na)
+        self.c = len(self.vocab)
+    return self(to)
+
+def _categorize_encodes(self, to):
+    for n in to.y_names:
+        if n not in to.items.columns: continue
+        col = to.items[n]
+        codes = encode_codes(col, list(self.vocab.items), add=0)
+        if (codes < 0).any():
+            unseen = to_host(col[codes < 0].unique())[:5]
+            raise ValueError(f"target column {n!r} has labels not seen in the training rows, e.g. {list(unseen)}; "
+                             f"the training labels are {list(self.vocab.items)[:10]}")
+        to.set_col(n, codes)
+    return to
+
+def _categorize_decodes(self, to):
+    for n in to.y_names:
+        if n in to.items.columns: to.set_col(n, take_values(self.vocab.items, to.items[n]))
+    return to
+
+def _register(proc, name, f, cls):
+    "Register `f` as `proc.<name>` for `to: cls` (fasttransform's `@Proc def name(self, to: cls)` idiom)."
+    def method(self, to): return f(self, to)
+    method.__name__, method.__qualname__ = name, f'{proc.__name__}.{name}'
+    method.__annotations__ = {'to': cls}
+    proc(_loud(method) if name == 'setups' else method)
+
+def register_procs(cls):
+    "Make fastai's own procs compute on `cls` frames (cuDF or pandas); learned state keeps fastai's names and types."
+    for proc, fs in ((Categorify, (_categorify_setups, _categorify_encodes, _categorify_decodes)),
+                     (FillMissing, (_fillmissing_setups, _fillmissing_encodes, None)),
+                     (Normalize, (_normalize_setups, _normalize_encodes, _normalize_decodes)),
+                     (Categorize, (_categorize_setups, _categorize_encodes, _categorize_decodes))):
+        for name, f in zip(('setups', 'encodes', 'decodes'), fs):
+            if f is not None: _register(proc, name, f, cls)
