@@ -5,6 +5,7 @@ import numpy as np, pandas as pd, torch
 from fastcore.foundation import L
 from fastcore.meta import delegates
 from fasttransform import Pipeline
+from plum import dispatch
 from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.data.transforms import Categorize, EncodedMultiCategorize, RegressionSetup
 from fastai.tabular.core import FillMissing, Tabular, df_shrink_dtypes
@@ -15,7 +16,7 @@ from .backend import (col_to_tensor, frame_device, is_cudf, is_numeric_dtype, is
 from .loader import BatchDataLoader, BatchDataLoaders
 from .procs import fill_nan_check, register_procs
 
-__all__ = ['TabularGPU']
+__all__ = ['TabularGPU', 'show_results']
 
 def _is_num(dt): return pd.api.types.is_numeric_dtype(dt) and not pd.api.types.is_bool_dtype(dt)
 
@@ -42,8 +43,8 @@ class TabularGPU(Tabular):
         else:
             cols = [c for c in dict.fromkeys(cat_names + cont_names + y_names) if c in df.columns]
             if is_cudf(df): items = df[cols] if order is None else df[cols].take(order)
-            # positional take: `df[cols]` would be flagged a copy, which fastai's chained_assignment='raise' rejects
-            else: items = df.iloc[slice(None) if order is None else order, df.columns.get_indexer(cols)]
+            # `take`, not `df[cols]`: pandas flags that a copy, which fastai's chained_assignment='raise' then rejects
+            else: items = df.take(df.columns.get_indexer(cols), axis=1) if order is None else df.iloc[order, df.columns.get_indexer(cols)]
         self.all_rows_vocab = set()
         if reduce_memory and len(items): items = self._shrink(items, cat_names)
         items = self._prepare(items, cat_names, cont_names, y_names)
@@ -90,9 +91,10 @@ class TabularGPU(Tabular):
             if is_numeric_dtype(dt) and not is_str_dtype(dt): continue
             if is_cudf(items) or type(dt).__name__ == 'CategoricalDtype':
                 raise TypeError(f"continuous column {n!r} has dtype {dt}, not a number: put it in cat_names or convert it")
-            try: items[n] = pd.to_numeric(items[n])
+            try: v = pd.to_numeric(items[n])
             except (ValueError, TypeError) as e:
                 raise TypeError(f"continuous column {n!r} is not numeric ({e}): put it in cat_names or convert it") from None
+            items[n] = v
         if is_cudf(items):   # cuDF keeps NaN apart from null; fastai's procs treat both as missing
             floats = [c for c in items.columns if items[c].dtype.kind == 'f']
             if floats: items[floats] = items[floats].nans_to_nulls()
@@ -200,6 +202,14 @@ class TabularGPU(Tabular):
         if self._has(Categorize): return torch.int64
         ints = all(pd.api.types.is_integer_dtype(self.items[n].dtype) for n in self.y_names)
         return torch.int64 if ints and not self._has((RegressionSetup, EncodedMultiCategorize)) else torch.float32
+
+@dispatch
+def show_results(x:TabularGPU, y:TabularGPU, samples, outs, ctxs=None, max_n=10, **kwargs):
+    "Inputs, targets and predictions decoded (fastai's `show_results` for `Tabular` shows the raw codes)."
+    df = x.new(to_pandas(x.all_cols[:max_n])).decode().items
+    preds = y.new(to_pandas(y.all_cols[:max_n])).decode().items
+    for n in x.y_names: df[n+'_pred'] = preds[n].values
+    display_df(df)
 
 register_procs(TabularGPU)
 TabularGPU._dl_type,TabularGPU._dbunch_type = BatchDataLoader,BatchDataLoaders

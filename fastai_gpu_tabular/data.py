@@ -7,7 +7,8 @@ import numpy as np, pandas as pd
 
 from .backend import to_backend
 
-__all__ = ['datasets_path', 'load_flights', 'load_adult', 'load_movielens', 'load_movielens_100k', 'package_path']
+__all__ = ['datasets_path', 'load_flights', 'load_adult', 'load_movielens', 'load_movielens_100k', 'package_path',
+           'criteo_names', 'make_criteo', 'criteo_parquet', 'load_flights_3m']
 
 def datasets_path() -> Path:
     "Where the shipped datasets live (see `datasets/README.md` there for their sources and licences)."
@@ -51,3 +52,56 @@ def load_movielens_100k(backend:str|None=None, genres_as_list=True):
     if genres_as_list: item['genres'] = item['genres'].str.split(' ')
     df = inter.merge(user, on='user_id').merge(item[['item_id', 'release_year', 'genres']], on='item_id')
     return to_backend(df.sort_values(['timestamp', 'user_id', 'item_id'], kind='stable').reset_index(drop=True), backend)
+
+def load_flights_3m(path=None, backend:str|None=None, nrows:int|None=None):
+    """US flights, 3,000,000 rows (date, delay, distance, origin, destination), from the npm package
+    vega-datasets@3.2.1 (`npm install --no-audit --no-fund vega-datasets@3.2.1`); `path` is its parquet file or the
+    folder holding `node_modules` (default: the current folder). US DOT/BTS data, read from the package, not shipped."""
+    p = Path(path) if path is not None else Path.cwd()
+    if p.is_dir(): p = p/'node_modules'/'vega-datasets'/'data'/'flights-3m.parquet'
+    if not p.exists():
+        raise FileNotFoundError(f"{p} not found: run `npm install --no-audit --no-fund vega-datasets@3.2.1` first")
+    df = pd.read_parquet(p)
+    return to_backend(df if nrows is None else df.iloc[:nrows], backend)
+
+# --- synthetic Criteo-like data ----------------------------------------------------------------------------------
+def criteo_names():
+    "(cat_names, cont_names, y_name) of the Criteo schema: C1..C26 hashed categories, I1..I13 counts, a click label."
+    return [f'C{i}' for i in range(1, 27)], [f'I{i}' for i in range(1, 14)], 'label'
+
+def _power_law(rng, n, card, s=0.8):
+    "`n` draws from {0..card-1} with P(k) ~ (k+1)^-s (inverse transform of the continuous law, then floored)."
+    u = rng.random(n)
+    hi = (card + 1.) ** (1 - s)
+    return np.minimum((1 + u * (hi - 1)) ** (1 / (1 - s)) - 1, card - 1).astype(np.int64)
+
+def make_criteo(n_rows:int, seed:int=0, max_card:int=1_000_000) -> pd.DataFrame:
+    """A seeded Criteo-like frame: `label` (about 25% clicks) that depends on the features, so AUC means something;
+    13 heavy-tailed counts `I1..I13` with 15-40% NaN; 26 categorical 8-hex-digit strings `C1..C26`, power-law
+    distributed, cardinalities log-spaced from 10 to `max_card`, 0-30% missing."""
+    rng = np.random.default_rng(seed)
+    cats, conts, y = criteo_names()
+    cards = np.geomspace(10, max_card, len(cats)).round().astype(np.int64)
+    df, logit = {}, np.full(n_rows, -1.6)
+    for j,name in enumerate(conts):
+        x = np.floor(rng.lognormal(mean=rng.uniform(0, 3), sigma=rng.uniform(0.8, 2.0), size=n_rows))
+        if j < 6: logit += rng.normal(0, 0.6) * (np.log1p(x) - np.log1p(x).mean()) / (np.log1p(x).std() + 1e-9)
+        x[rng.random(n_rows) < rng.uniform(0.15, 0.40)] = np.nan
+        df[name] = x
+    for j,(name,card) in enumerate(zip(cats, cards)):
+        k = _power_law(rng, n_rows, card)
+        if j % 3 == 0: logit += rng.normal(0, 0.8, size=card)[k] * (j % 2 + 0.5)   # per-value click propensity
+        vocab = np.char.mod('%08x', rng.choice(2**32, size=card, replace=False)).astype(object)
+        col = vocab[k]
+        col[rng.random(n_rows) < rng.uniform(0, 0.3)] = None
+        df[name] = col
+    df = pd.DataFrame({y: (rng.random(n_rows) < 1 / (1 + np.exp(-logit))).astype(np.int8), **df})
+    return df
+
+def criteo_parquet(path, n_rows:int, seed:int=0, max_card:int=1_000_000, row_group_size:int=1_000_000) -> Path:
+    "Write `make_criteo(n_rows, seed)` to the parquet file `path` (kept if it already holds those rows) and return it."
+    path = Path(path)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        make_criteo(n_rows, seed, max_card).to_parquet(path, row_group_size=row_group_size)
+    return path

@@ -1,0 +1,112 @@
+"BatchDataLoader: fastai's DataLoader contract, one true permutation an epoch, one gather a batch."
+import numpy as np, pandas as pd, pytest, torch
+from fastai.tabular.all import Categorify, FillMissing, Normalize, TabDataLoader, TabularPandas
+from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
+from fastai_gpu_tabular.data import load_adult
+
+N = 3000
+
+@pytest.fixture(scope='module')
+def to():
+    "Adult rows with a `row` cont that is the row id, so batches can be traced back to rows."
+    df = load_adult().iloc[:N].reset_index(drop=True)
+    df['row'] = np.arange(N, dtype=np.float64)
+    splits = (list(range(2400)), list(range(2400, N)))
+    return TabularGPU(df, procs=[Categorify, FillMissing], cat_names=['workclass', 'education'],
+                      cont_names=['row', 'age'], y_names='income', splits=splits)
+
+def rows_of(batches): return torch.cat([b[1][:, 0] for b in batches]).long().tolist()
+
+def test_epoch_is_a_true_permutation(to):
+    dl = BatchDataLoader(to.train, bs=256, shuffle=True, drop_last=False)
+    e1, e2 = rows_of(dl), rows_of(dl)
+    assert sorted(e1) == list(range(2400)) and sorted(e2) == list(range(2400))   # every row exactly once
+    assert e1 != list(range(2400)) and e1 != e2                                    # shuffled, anew each epoch
+    assert len(dl) == 10
+
+def test_drop_last_and_len(to):
+    dl = BatchDataLoader(to.train, bs=1000, shuffle=True, drop_last=True)
+    bs = [len(b[0]) for b in dl]
+    assert bs == [1000, 1000] and len(dl) == 2
+    dl = BatchDataLoader(to.train, bs=1000, shuffle=False, drop_last=False)
+    assert [len(b[0]) for b in dl] == [1000, 1000, 400] and len(dl) == 3
+    assert rows_of(dl) == list(range(2400))
+
+def test_get_idxs_and_new(to):
+    dl = BatchDataLoader(to.train, bs=256, shuffle=True)
+    idxs = dl.get_idxs()
+    assert isinstance(idxs, torch.Tensor) and idxs.device.type == 'cpu' and idxs.dtype == torch.int64
+    assert sorted(idxs.tolist()) == list(range(2400))
+    plain = dl.new(shuffle=False, drop_last=False, bs=100)
+    assert plain.bs == 100 and not plain.shuffle and not plain.drop_last and plain.device == dl.device
+    assert plain.get_idxs().tolist() == list(range(2400))
+    # new(get_idxs=...) is honoured: this is how Learner.get_preds(reorder=True) replays an order
+    order = list(range(2399, -1, -1))
+    rev = plain.new(get_idxs=lambda: order)
+    assert rows_of(rev) == order
+
+def test_unshuffled_batches_are_views(to):
+    "Validation batches are slices of the packed tensors: no copy at all."
+    dl = BatchDataLoader(to.valid, bs=128)
+    cats, conts, ys = to.valid.packed()
+    b = next(iter(dl))
+    assert b[0].data_ptr() == cats.data_ptr() and b[1].data_ptr() == conts.data_ptr()
+    # and the subsets' packed tensors are views of the whole object's: packing happens once
+    assert cats.untyped_storage().data_ptr() == to.packed()[0].untyped_storage().data_ptr()
+
+def test_one_gather_per_tensor_no_per_row_work(to, monkeypatch):
+    "An epoch costs one permutation and, per batch, one index_select per tensor: no per-row call into the dataset."
+    calls = {'index_select': 0, 'iloc': 0}
+    orig = torch.Tensor.index_select
+    def spy(self, *a, **k):
+        calls['index_select'] += 1
+        return orig(self, *a, **k)
+    monkeypatch.setattr(torch.Tensor, 'index_select', spy)
+    monkeypatch.setattr(TabularGPU, 'iloc', property(lambda self: calls.__setitem__('iloc', calls['iloc'] + 1)))
+    dl = BatchDataLoader(to.train, bs=300, shuffle=True)
+    n = sum(1 for _ in dl)
+    assert n == 8 and calls['index_select'] == 8 * 3 and calls['iloc'] == 0
+
+def test_batches_match_fastai(to):
+    "The tuple is fastai's ReadTabBatch tuple: (cats, conts, y) with y of shape (bs, 1)."
+    df = to.items
+    b = BatchDataLoader(to.valid, bs=64).one_batch()
+    assert len(b) == 3 and b[2].shape == (64, 1) and b[0].shape == (64, len(to.cat_names))
+    np.testing.assert_array_equal(b[0].numpy(), df.iloc[2400:2464][to.cat_names].to_numpy())
+    np.testing.assert_allclose(b[1].numpy(), df.iloc[2400:2464][to.cont_names].to_numpy(), rtol=1e-6)
+
+def test_weighted_sampling(to):
+    "wgts: shuffled epochs draw rows with replacement by weight (fastai's TabWeightedDL), on the device."
+    w = np.zeros(2400); w[:10] = 1.
+    dl = BatchDataLoader(to.train, bs=200, shuffle=True, wgts=w)
+    rows = rows_of(dl)
+    assert len(rows) == 2400 and set(rows) <= set(range(10))
+    with pytest.raises(ValueError, match='wgts has 5 entries for 2400 rows'): BatchDataLoader(to.train, bs=10, wgts=[1.]*5)
+
+def test_seeded_shuffles_repeat(to):
+    dl = BatchDataLoader(to.train, bs=256, shuffle=True)
+    torch.manual_seed(3); a = rows_of(dl)
+    torch.manual_seed(3); b = rows_of(dl)
+    assert a == b
+
+def test_device_moves(to):
+    dls = to.dataloaders(bs=128)
+    assert dls.device == torch.device('cpu') and dls.train.tensors[0].device.type == 'cpu'
+    dls.cpu()
+    assert all(t.device.type == 'cpu' for t in dls.valid.one_batch())
+    assert isinstance(dls.train, TabDataLoader) and dls.train.fake_l.num_workers == 0   # no worker processes
+
+def test_empty_and_new_empty(to):
+    empty = to.new_empty()
+    dl = BatchDataLoader(empty, bs=16)
+    assert len(dl) == 0 and list(dl) == []
+    dls = to.dataloaders(bs=128).new_empty()
+    assert len(dls.train_ds) == 0 and dls.train.bs == 128
+
+@pytest.mark.gpu
+def test_pandas_frame_on_cuda(to):
+    "A pandas frame packs on the host and moves to the GPU once; batches are then gathered there."
+    dls = to.dataloaders(bs=128, device='cuda')
+    assert dls.device.type == 'cuda'
+    assert all(t.device.type == 'cuda' for t in dls.train.one_batch())
+    assert dls.valid_ds.packed('cuda')[0].data_ptr() == dls.valid_ds.packed('cuda')[0].data_ptr()   # cached, not re-sent
