@@ -1,0 +1,54 @@
+"backend.py: lazy cuDF, the frame ops that differ between backends, zero-copy columns to tensors."
+import subprocess, sys
+import numpy as np, pandas as pd, pytest, torch
+from fastai_gpu_tabular import backend as B
+
+def test_import_is_lazy():
+    "Importing the package (all of it) neither imports cuDF/CuPy nor initialises CUDA."
+    code = ("import sys, torch; import fastai_gpu_tabular.all, fastai_gpu_tabular.data, fastai_gpu_tabular.__main__\n"
+            "print(sorted(m for m in ('cudf', 'cupy', 'rmm') if m in sys.modules), torch.cuda.is_initialized())")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ['[]', 'False']
+
+def test_frame_type_is_read_without_importing_cudf():
+    assert B.backend_of(pd.DataFrame({'a': [1]})) == 'pandas'
+    assert not B.is_cudf(pd.Series([1.]))
+    with pytest.raises(TypeError, match='Expected a pandas or cuDF DataFrame, got dict'): B.backend_of({'a': [1]})
+    with pytest.raises(ValueError, match="backend must be 'pandas', 'cudf' or None"): B.to_backend(pd.DataFrame(), 'polars')
+
+def test_require_cudf_says_how(monkeypatch):
+    monkeypatch.setattr(B, '_probe', lambda: (None, None, 'no CUDA device is visible'))
+    assert not B.cudf_available() and B.cudf_reason() == 'no CUDA device is visible'
+    with pytest.raises(ImportError, match=r'no CUDA device is visible.*fastai_gpu_tabular\[cuda12\] or \[cuda13\]'):
+        B.require_cudf()
+    with pytest.raises(ImportError): B.to_backend(pd.DataFrame({'a': [1]}), 'cudf')
+
+def test_col_to_tensor_is_zero_copy_on_cpu():
+    s = pd.Series(np.arange(10, dtype=np.float32))
+    t = B.col_to_tensor(s)
+    assert t.data_ptr() == s.to_numpy().__array_interface__['data'][0]
+    with pytest.raises(TypeError, match="column 'o' holds Python objects"): B.col_to_tensor(pd.Series(['a'], name='o'))
+
+def test_encode_codes_matches_pandas_categorical():
+    s = pd.Series(['b', None, 'z', 'a', 'b'], name='s')
+    codes = B.encode_codes(s, ['a', 'b'], add=1)
+    assert codes.tolist() == [2, 0, 0, 1, 2] and codes.dtype == np.int8 and codes.index.equals(s.index)
+    assert B.encode_codes(s, ['a', 'b'], add=0).tolist() == [1, -1, -1, 0, 1]
+    assert B.take_values(['#na#', 'a', 'b'], pd.Series([2., 0., 1.])).tolist() == ['b', '#na#', 'a']
+
+def test_sorted_uniques_order_and_mixed_types():
+    assert B.sorted_uniques(pd.Series(['b', 'B', 'é', None, 'a', 'b'])) == sorted(['b', 'B', 'é', 'a'])
+    assert B.sorted_uniques(pd.Series([3., np.nan, 1., 3.])) == [1., 3.]
+    with pytest.raises(TypeError, match=r"column 'm' mixes value types \['int', 'str'\]"):
+        B.sorted_uniques(pd.Series(['a', 1, 'b'], name='m'))
+
+@pytest.mark.gpu
+def test_cudf_columns_to_tensors_share_memory():
+    cudf = B.require_cudf()
+    s = cudf.Series(np.arange(1000, dtype=np.float32))
+    t = B.col_to_tensor(s)
+    assert t.device.type == 'cuda' and t.data_ptr() == s.values.data.ptr
+    assert B.frame_device(cudf.DataFrame({'a': s})).type == 'cuda'
+    codes = B.encode_codes(cudf.Series(['b', None, 'z', 'a']), ['a', 'b'], add=1)
+    assert codes.to_arrow().to_pylist() == [2, 0, 0, 1]

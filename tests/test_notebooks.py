@@ -1,0 +1,31 @@
+"""Every notebook in nbs/ executes top to bottom. Cells flagged `#| cuda` run only with CUDA and cuDF, `#| slow` only
+with FGT_SLOW=1, and `#| eval: false` never (nbdev's flags)."""
+import os, re
+from pathlib import Path
+import pytest
+
+nbformat = pytest.importorskip('nbformat')
+nbclient = pytest.importorskip('nbclient')
+NBS = sorted((Path(__file__).parent.parent/'nbs').glob('*.ipynb'))
+
+def _flags(cell):
+    "nbdev's `#| flag` lines at the top of a cell."
+    return {m.group(1).strip() for m in re.finditer(r'^#\|\s*(.+)$', cell.source, re.M)}
+
+def skipped_flags():
+    from fastai_gpu_tabular.backend import cudf_available
+    skip = {'eval: false'}
+    if not cudf_available(): skip.add('cuda')
+    if os.environ.get('FGT_SLOW') != '1': skip.add('slow')
+    return skip
+
+@pytest.mark.notebook
+@pytest.mark.parametrize('path', NBS, ids=[p.stem for p in NBS])
+def test_notebook_runs(path, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    for c in nb.cells:   # committed without outputs (keeps diffs readable)
+        if c.cell_type == 'code': assert not c.outputs and c.execution_count is None, f'{path.name} has outputs'
+    skip = skipped_flags()
+    nb.cells = [c for c in nb.cells if c.cell_type != 'code' or not (_flags(c) & skip)]
+    client = nbclient.NotebookClient(nb, timeout=1200, kernel_name='python3', resources={'metadata': {'path': str(tmp_path)}})
+    client.execute()

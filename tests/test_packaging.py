@@ -1,0 +1,48 @@
+"Packaging: pyproject.toml is the source of truth; settings.ini mirrors it for nbdev 2; every module has `__all__`."
+import configparser, importlib, pkgutil, re, tomllib
+from pathlib import Path
+import fastai_gpu_tabular
+
+ROOT = Path(__file__).parent.parent
+pyproject = tomllib.loads((ROOT/'pyproject.toml').read_text())
+ini = configparser.ConfigParser(); ini.read(ROOT/'settings.ini'); ini = ini['DEFAULT']
+
+def test_settings_ini_mirrors_pyproject():
+    proj, nbdev = pyproject['project'], pyproject['tool']['nbdev']
+    assert ini['lib_name'] == proj['name'] == nbdev['lib_name']
+    assert ini['version'] == fastai_gpu_tabular.__version__          # pyproject reads it from the package
+    assert pyproject['tool']['setuptools']['dynamic']['version']['attr'] == 'fastai_gpu_tabular.__version__'
+    assert ini['description'] == proj['description']
+    assert ini['keywords'].split() == ' '.join(proj['keywords']).split()
+    assert proj['requires-python'] == f">={ini['min_python']}"
+    for k in ('lib_path', 'nbs_path', 'doc_path'): assert ini[k] == nbdev[k], k
+    assert ini['tst_flags'].split() == nbdev['tst_flags']
+    assert ini['requirements'].split() == proj['dependencies']
+    extras = proj['optional-dependencies']
+    assert set(extras) == {'cuda12', 'cuda13', 'lamb', 'test', 'dev'}
+    for name, reqs in extras.items(): assert ini[f'{name}_requirements'].split() == reqs, name
+
+def test_cuda_stack_is_never_a_base_dependency():
+    deps = ' '.join(pyproject['project']['dependencies'])
+    assert not re.search(r'cudf|cupy|torch-optimizer', deps)
+    assert any(d.startswith('cudf-cu12') for d in pyproject['project']['optional-dependencies']['cuda12'])
+    assert any(d.startswith('cudf-cu13') for d in pyproject['project']['optional-dependencies']['cuda13'])
+
+def test_every_module_has_all_and_all_py_exports_them():
+    import fastai_gpu_tabular.all as A
+    for m in pkgutil.iter_modules(fastai_gpu_tabular.__path__):
+        if m.name in ('all', '__main__'): continue
+        mod = importlib.import_module(f'fastai_gpu_tabular.{m.name}')
+        assert hasattr(mod, '__all__'), m.name
+        for n in mod.__all__: assert hasattr(mod, n), f'{m.name}.{n}'
+    for n in ('TabularGPU', 'BatchDataLoader', 'BatchDataLoaders'): assert hasattr(A, n)
+
+def test_no_removed_fastcore_modules():
+    "fastcore.transform / fastcore.dispatch are gone in fastai 2.8: nothing may import them."
+    for p in (ROOT/'fastai_gpu_tabular').rglob('*.py'):
+        assert not re.search(r'fastcore\.(transform|dispatch)', p.read_text()), p.name
+
+def test_shipped_datasets_are_package_data():
+    data = pyproject['tool']['setuptools']['package-data']['fastai_gpu_tabular']
+    assert 'datasets/*.parquet' in data and 'datasets/*.md' in data
+    for f in ('flights.parquet', 'adult.parquet', 'README.md'): assert (ROOT/'fastai_gpu_tabular'/'datasets'/f).exists()
