@@ -6,7 +6,7 @@ import numpy as np, pandas as pd, torch
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
            'frame_device', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques', 'encode_codes',
-           'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype']
+           'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings', 'split_lists', 'explode_lists', 'pad_bags']
 
 # cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.
 @functools.cache
@@ -94,6 +94,12 @@ def is_list_dtype(col) -> bool:
     first = col.dropna()
     return len(first) > 0 and isinstance(first.iloc[0], (list, tuple, np.ndarray))
 
+def holds_strings(col) -> bool:
+    "Whether a column's values are strings (a cuDF string column, or pandas cells that are `str`)."
+    if is_cudf(col): return is_str_dtype(col.dtype)
+    first = col.dropna()
+    return len(first) > 0 and isinstance(first.iloc[0], str)
+
 def sorted_uniques(col) -> list:
     "Sorted distinct non-null values of `col` as a host list of NumPy scalars or Python objects, as fastai's `L.sorted()`."
     if is_cudf(col): return list(to_host(col.dropna().unique().sort_values()).to_numpy())
@@ -119,3 +125,39 @@ def encode_codes(col, vocab:list, add:int=1):
 def take_values(vocab:list, codes) -> pd.Series:
     "The values of `vocab` at integer `codes` (a pandas Series; float codes from a decoded batch are fine)."
     return pd.Series(np.asarray(vocab, dtype=object)[codes.to_numpy().astype(np.int64)], index=codes.index, name=codes.name)
+
+# --- multi-hot (list) columns -------------------------------------------------------------------------------------
+def split_lists(col, sep:str):
+    "A string column split on `sep` into a list column (null stays null), on the column's backend."
+    return col.str.split(sep, regex=False) if not is_cudf(col) else col.str.split(sep)
+
+def explode_lists(col):
+    """`(elements, lengths)` of a list column: the elements in row order (a null list counts as one missing element, an
+    empty list as none), and each row's element count as an int64 array on the column's device."""
+    if is_cudf(col):
+        lens = col.list.len()
+        nulls, lens = lens.isna().values, lens.fillna(0).astype('int64').values
+        xp = _cupy()
+    else:
+        xp, vals = np, col.to_numpy()
+        is_list = np.fromiter((isinstance(v, (list, tuple, np.ndarray)) for v in vals), bool, len(vals))
+        lens = np.fromiter((len(v) if l else 0 for v,l in zip(vals, is_list)), np.int64, len(vals))
+        nulls = ~is_list
+        bad = [v for v in vals[nulls][:50] if not pd.isna(v)]
+        if bad: raise TypeError(f"multi-hot column {col.name!r} holds {type(bad[0]).__name__} values, not lists: "
+                                "give its separator, e.g. multi_hot={%r: '|'}" % col.name)
+    lens = xp.where(nulls, 1, lens)
+    # explode gives one (null) element for an empty list too: drop those (its index is the row position)
+    ex = col.reset_index(drop=True).explode()
+    if bool((lens == 0).any()): ex = ex[ex.index.isin(xp.flatnonzero(lens > 0))]
+    return ex.rename(col.name), lens
+
+def pad_bags(codes:torch.Tensor, lens:torch.Tensor, width:int, pad:int=-1) -> torch.Tensor:
+    "Row-major `codes` of rows with `lens` elements as a `[len(lens), width]` block padded with `pad` (longer rows cut)."
+    n = len(lens)
+    out = torch.full((n, width), pad, dtype=codes.dtype, device=codes.device)
+    rows = torch.repeat_interleave(torch.arange(n, device=codes.device), lens)
+    pos = torch.arange(len(codes), device=codes.device) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
+    keep = pos < width
+    out[rows[keep], pos[keep]] = codes[keep]
+    return out

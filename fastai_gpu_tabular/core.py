@@ -1,18 +1,21 @@
 "`TabularGPU`: fastai's `Tabular` on a cuDF or pandas frame, processed on the frame's device and packed into tensors once."
 from __future__ import annotations
 
+import warnings
 import numpy as np, pandas as pd, torch
 from fastcore.foundation import L
+from fastcore.basics import attrdict
 from fastcore.meta import delegates
 from fasttransform import Pipeline
 from plum import dispatch
 from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.data.transforms import Categorize, EncodedMultiCategorize, RegressionSetup
+from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, Tabular, df_shrink_dtypes
 from fastai.torch_core import display_df
 
-from .backend import (col_to_tensor, frame_device, is_cudf, is_numeric_dtype, is_str_dtype, to_backend,
-                      to_pandas)
+from .backend import (col_to_tensor, encode_codes, explode_lists, frame_device, is_cudf, is_list_dtype,
+                      is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend, to_pandas)
 from .loader import BatchDataLoader, BatchDataLoaders
 from .procs import fill_nan_check, register_procs
 
@@ -32,7 +35,8 @@ class TabularGPU(Tabular):
     "A `Tabular` over a cuDF or pandas frame: fastai's procs run on the frame's own device, batches come from packed tensors"
     def __init__(self, df, procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None, splits=None,
                  do_setup=True, device=None, inplace=False, reduce_memory=True,
-                 backend:str|None=None): # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
+                 backend:str|None=None, # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
+                 multi_hot:dict|list|None=None): # multi-hot cat columns: {name: separator} for strings; list columns are found
         df = to_backend(df, backend)
         # copies: FillMissing appends `_na` names, and fastai's would land in the caller's own list
         cat_names,cont_names,y_names = L(cat_names).copy(),L(cont_names).copy(),L(y_names).copy()
@@ -46,8 +50,9 @@ class TabularGPU(Tabular):
             # `take`, not `df[cols]`: pandas flags that a copy, which fastai's chained_assignment='raise' then rejects
             else: items = df.take(df.columns.get_indexer(cols), axis=1) if order is None else df.iloc[order, df.columns.get_indexer(cols)]
         self.all_rows_vocab = set()
+        self.multi_hot = self._multi_hot(items, cat_names, multi_hot)
         if reduce_memory and len(items): items = self._shrink(items, cat_names)
-        items = self._prepare(items, cat_names, cont_names, y_names)
+        items = self._prepare(items, cat_names, cont_names, y_names, self.multi_hot)
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
         self.items,self._packed,self._parent = items,{},None
         self.y_names,self.device = y_names,device
@@ -74,6 +79,21 @@ class TabularGPU(Tabular):
         missing = [n for n in need if n not in df.columns]
         if missing: raise KeyError(f"column(s) {missing} are not in the frame (it has {list(df.columns)[:20]})")
 
+    @staticmethod
+    def _multi_hot(items, cat_names, multi_hot) -> dict:
+        "{name: separator or None} of the multi-hot cat columns: those declared, and those holding lists."
+        mh = dict.fromkeys(multi_hot) if isinstance(multi_hot, (list, tuple, L)) else dict(multi_hot or {})
+        bad = [n for n in mh if n not in cat_names]
+        if bad: raise ValueError(f"multi_hot names {bad}, which are not in cat_names {list(cat_names)}")
+        for n in cat_names:
+            if n in items.columns and n not in mh and is_list_dtype(items[n]): mh[n] = None
+        return mh
+
+    def new(self, df, inplace=False):
+        "A `TabularGPU` for `df` with this one's procs and names (fastai's `Tabular.new`, keeping `multi_hot`)."
+        return type(self)(df, do_setup=False, reduce_memory=False, y_block=TransformBlock(), inplace=inplace,
+                          multi_hot=self.multi_hot, **attrdict(self, 'procs', 'cat_names', 'cont_names', 'y_names', 'device'))
+
     def _shrink(self, items, cat_names):
         "fastai's `df_shrink`: downcast numbers; object/str cat columns get their vocab from all rows, as its category cast does."
         dtypes = df_shrink_dtypes(items)
@@ -83,8 +103,13 @@ class TabularGPU(Tabular):
         return items
 
     @staticmethod
-    def _prepare(items, cat_names, cont_names, y_names):
-        "Coerce conts to numbers (predict's `row.to_frame().T` is all object) and reject what cannot be encoded."
+    def _prepare(items, cat_names, cont_names, y_names, multi_hot):
+        "Coerce conts to numbers (predict's `row.to_frame().T` is all object), split multi-hot strings, reject the rest."
+        for n,sep in multi_hot.items():
+            if n in items.columns and holds_strings(items[n]):
+                if sep is None: raise TypeError(f"multi-hot column {n!r} holds strings: give its separator, e.g. "
+                                                f"multi_hot={{{n!r}: '|'}}")
+                items[n] = split_lists(items[n], sep)
         for n in cont_names:
             if n not in items.columns: continue
             dt = items[n].dtype
@@ -179,18 +204,45 @@ class TabularGPU(Tabular):
             self._packed[device] = tuple(t.to(device) for t in ts)
         return self._packed[device]
 
+    @property
+    def bag_widths(self) -> dict:
+        "{name: slots} of the multi-hot columns in the packed `cats` (learned by Categorify: the longest list)."
+        return {n: w for n,w in (getattr(self.procs, 'multi_hot_lens', None) or {}).items() if n in self.multi_hot}
+
+    def cat_widths(self) -> list:
+        "Columns of each cat in the packed `cats`: 1, or a multi-hot column's slots (codes, padded with -1)."
+        bags = self.bag_widths
+        return [bags.get(n, 1) for n in self.cat_names]
+
+    def _bag_block(self, n, width):
+        "A multi-hot column's codes as a `[rows, width]` block padded with -1."
+        cats = [t for t in self.procs.fs if isinstance(t, fatc.Categorify)]
+        if not cats: raise ValueError(f"multi-hot column {n!r} needs Categorify in procs")
+        elems, lens = explode_lists(self.items[n])
+        codes = col_to_tensor(encode_codes(elems, cats[0].classes[n].items[1:], add=1))
+        lens = torch.as_tensor(lens, device=codes.device)
+        if len(lens) and int(lens.max()) > width:
+            warnings.warn(f"multi-hot column {n!r} has lists of up to {int(lens.max())} elements, more than the {width} "
+                          "seen in training: the extra elements are dropped")
+        return pad_bags(codes.to(torch.int32), lens, width)
+
     def _pack(self):
         n,dev = len(self.items),frame_device(self.items)
-        def _fill(names, dtype, what):
-            out = torch.empty((n, len(names)), dtype=dtype, device=dev)
-            for j,c in enumerate(names if n else []):
-                col = self.items[c]
-                if is_str_dtype(col.dtype) or not is_numeric_dtype(col.dtype):
-                    raise TypeError(f"{what} column {c!r} holds {col.dtype} values, not codes: call `process()` on this "
-                                    "TabularGPU first (test_dl does unless process=False)")
-                out[:, j] = col_to_tensor(col)
+        def _fill(names, dtype, what, widths=None):
+            widths = widths or [1] * len(names)
+            out = torch.empty((n, sum(widths)), dtype=dtype, device=dev)
+            j = 0
+            for c,w in zip(names if n else [], widths):
+                if c in self.multi_hot: out[:, j:j+w] = self._bag_block(c, w)
+                else:
+                    col = self.items[c]
+                    if is_str_dtype(col.dtype) or not is_numeric_dtype(col.dtype):
+                        raise TypeError(f"{what} column {c!r} holds {col.dtype} values, not codes: call `process()` on "
+                                        "this TabularGPU first (test_dl does unless process=False)")
+                    out[:, j] = col_to_tensor(col)
+                j += w
             return out
-        res = [_fill(self.cat_names, torch.int32, 'cat'), _fill(self.cont_names, torch.float32, 'cont')]
+        res = [_fill(self.cat_names, torch.int32, 'cat', self.cat_widths()), _fill(self.cont_names, torch.float32, 'cont')]
         if n and res[1].isnan().any():
             bad = [c for j,c in enumerate(self.cont_names) if res[1][:, j].isnan().any()]
             raise ValueError(f"continuous column(s) {bad} hold NaN after processing: add FillMissing to procs")

@@ -1,18 +1,36 @@
 "`BatchDataLoader`: batches gathered from tensors packed once on the device; one permutation an epoch, one gather a batch."
 from __future__ import annotations
 
-import pandas as pd, torch
+import numpy as np, pandas as pd, torch
 from fastcore.foundation import L
 from fastcore.meta import delegates
 from fastai.data.transforms import IndexSplitter, RandomSplitter
 from fastai.tabular.core import ReadTabBatch, TabDataLoader, Tabular
 from fastai.tabular.data import TabularDataLoaders
+from fastai.torch_core import to_np
 
 __all__ = ['BatchDataLoader', 'BatchDataLoaders', 'ReadTabBatchGPU']
 
 class ReadTabBatchGPU(ReadTabBatch):
-    "fastai's `ReadTabBatch` for batches that are already tensors: encodes passes them through, decodes is fastai's"
+    "fastai's `ReadTabBatch` for batches that are already tensors: encodes passes them through"
     def encodes(self, b:list): return b
+
+    def decodes(self, o):
+        "A batch back to a (host) Tabular for show/predict: fastai's decodes, with multi-hot slots as lists of values."
+        arrs = [a[:, None] if a.ndim == 1 else a for a in to_np(o)]
+        to,cols,j = self.to,{},0
+        bags = getattr(to, 'bag_widths', {})
+        for n,w in zip(to.cat_names, getattr(to, 'cat_widths', lambda: [1] * len(to.cat_names))()):
+            block = arrs[0][:, j:j+w]
+            if n in bags:
+                items = to.classes[n].items
+                cols[n] = [[items[c] for c in row if c >= 0] for row in block]
+            else: cols[n] = block[:, 0]
+            j += w
+        rest = [a for a in arrs[1:] if a.size]
+        vals = np.concatenate(rest, axis=1) if rest else np.zeros((len(arrs[0]), 0))
+        for name,k in zip(list(to.cont_names) + list(to.y_names), range(vals.shape[1])): cols[name] = vals[:, k]
+        return to.new(pd.DataFrame(cols))
 
 @delegates()
 class BatchDataLoader(TabDataLoader):

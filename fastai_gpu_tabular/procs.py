@@ -4,13 +4,28 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 import numpy as np, pandas as pd
+from fastcore.basics import store_attr
 from fastcore.foundation import L
 from fastai.data.transforms import Categorize, CategoryMap, Normalize
-from fastai.tabular.core import Categorify, FillMissing, FillStrategy
+from fastai.tabular import core as fatc
+from fastai.tabular.core import FillMissing, FillStrategy
 
-from .backend import encode_codes, host_scalar, is_cudf, sorted_uniques, take_values, to_host
+from .backend import encode_codes, explode_lists, host_scalar, is_cudf, sorted_uniques, take_values, to_host
 
-__all__ = ['register_procs', 'category_map', 'fill_nan_check']
+__all__ = ['Categorify', 'register_procs', 'category_map', 'fill_nan_check', 'freq_values']
+
+class Categorify(fatc.Categorify):
+    """fastai's `Categorify`, plus two options for huge ID columns: values seen fewer than `min_freq` times in the
+    training rows, or beyond the `max_vocab` most frequent, go to `#na#` (ties broken by value, so cuDF and pandas agree).
+    With neither set it is fastai's Categorify exactly."""
+    def __init__(self,
+        min_freq:int=None, # keep values seen at least this often in the training rows
+        max_vocab:int=None # keep at most this many values (besides '#na#'), the most frequent
+    ):
+        super().__init__()
+        for k,v in (('min_freq', min_freq), ('max_vocab', max_vocab)):
+            if v is not None and (int(v) != v or v < 1): raise ValueError(f"{k} must be a positive integer, got {v!r}")
+        store_attr()
 
 def category_map(values:list, add_na=True) -> CategoryMap:
     "A fastai `CategoryMap` from values already unique and ordered (its own `__init__` loops over the column in Python)."
@@ -27,6 +42,16 @@ def _cat_values(col, strict=False) -> list:
     if not strict: return cats
     present = set(to_host(col.dropna().unique()))
     return [c for c in cats if c in present]
+
+def freq_values(col, min_freq=None, max_vocab=None) -> list:
+    """The vocabulary `Categorify(min_freq, max_vocab)` keeps from `col`: values counted at least `min_freq` times,
+    the `max_vocab` most frequent of them (ties go to the earlier value), in fastai's order (categories', else sorted)."""
+    vals = _cat_values(col)
+    counts = to_host(col.value_counts(dropna=True)).reindex(pd.Index(vals, dtype=object)).fillna(0).to_numpy()
+    keep = np.flatnonzero(counts >= (min_freq or 1))
+    if max_vocab is not None and len(keep) > max_vocab:
+        keep = np.sort(keep[np.argsort(-counts[keep], kind='stable')[:max_vocab]])
+    return [vals[i] for i in keep]
 
 def _loud(f):
     "fasttransform's `Transform.setup` swallows AttributeError: re-raise it as an error the user sees."
@@ -49,17 +74,27 @@ def fill_nan_check(to, na_dict:dict|None):
 
 # --- Categorify ---------------------------------------------------------------------------------------------------
 def _categorify_setups(self, to):
-    full = to.full_items
-    # object/str columns: fastai's df_shrink casts them to category over *all* rows, so their vocab includes valid-only
-    # values; we keep that (parity), and train-only everywhere else.
-    self.classes = {n: category_map(_cat_values(full[n] if n in to.all_rows_vocab else to.items[n]))
-                    for n in to.cat_names}
+    mf,mv = getattr(self, 'min_freq', None),getattr(self, 'max_vocab', None)   # fastai's own class has neither
+    self.classes,self.multi_hot_lens = {},{}
+    for n in to.cat_names:
+        col = to.items[n]
+        if n in to.multi_hot:    # a vocab over the elements; the bag width fits the longest list of all rows
+            col, _ = explode_lists(col)
+            self.multi_hot_lens[n] = max(int(explode_lists(to.full_items[n])[1].max()), 1)
+        # object/str columns: fastai's df_shrink casts them to category over *all* rows, so their vocab includes
+        # valid-only values; kept for parity. Frequencies (min_freq, max_vocab) are counted on the training rows.
+        elif n in to.all_rows_vocab and not (mf or mv): col = to.full_items[n]
+        values = freq_values(col, mf, mv) if mf or mv else _cat_values(col)
+        self.classes[n] = category_map(values)
 
 def _categorify_encodes(self, to):
-    for n in to.cat_names: to.set_col(n, encode_codes(to.items[n], self.classes[n].items[1:], add=1))
+    # multi-hot columns keep their values in the frame: their codes are packed (a padded block) with the tensors
+    for n in to.cat_names:
+        if n not in to.multi_hot: to.set_col(n, encode_codes(to.items[n], self.classes[n].items[1:], add=1))
 
 def _categorify_decodes(self, to):
-    for n in to.cat_names: to.set_col(n, take_values(self.classes[n].items, to.items[n]))
+    for n in to.cat_names:
+        if n not in to.multi_hot: to.set_col(n, take_values(self.classes[n].items, to.items[n]))
 
 # --- FillMissing --------------------------------------------------------------------------------------------------
 def _fill_value(strategy, col, fill, name):
@@ -141,7 +176,9 @@ def _register(proc, name, f, cls):
 
 def register_procs(cls):
     "Make fastai's own procs compute on `cls` frames (cuDF or pandas); learned state keeps fastai's names and types."
-    for proc, fs in ((Categorify, (_categorify_setups, _categorify_encodes, _categorify_decodes)),
+    for proc, fs in ((fatc.Categorify, (_categorify_setups, _categorify_encodes, _categorify_decodes)),
+                     # our subclass merged fastai's methods when it was created, so it needs its own registration
+                     (Categorify, (_categorify_setups, _categorify_encodes, _categorify_decodes)),
                      (FillMissing, (_fillmissing_setups, _fillmissing_encodes, None)),
                      (Normalize, (_normalize_setups, _normalize_encodes, _normalize_decodes)),
                      (Categorize, (_categorize_setups, _categorize_encodes, _categorize_decodes))):

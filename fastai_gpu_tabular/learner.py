@@ -1,0 +1,51 @@
+"`tabular_learner`: fastai's, plus multi-hot columns, sparse tables for huge IDs, and a fused embedding lookup."
+from __future__ import annotations
+
+from fastcore.foundation import L
+from fastcore.meta import delegates
+from fastai.learner import Learner
+from fastai.optimizer import Adam
+from fastai.tabular.learner import TabularLearner
+from fastai.tabular.model import get_emb_sz, tabular_config
+from fastai.data.transforms import get_c
+
+from .model import TabularModelGPU
+
+__all__ = ['tabular_learner', 'sparse_columns']
+
+def sparse_columns(to, sparse) -> list:
+    "Indices of the cat columns to give sparse gradients: `sparse` names them, or is a table size above which all are."
+    if sparse is None or sparse is False: return []
+    if isinstance(sparse, bool): return list(range(len(to.cat_names)))
+    if isinstance(sparse, int): return [i for i,n in enumerate(to.cat_names) if len(to.classes[n]) > sparse]
+    bad = [n for n in L(sparse) if n not in to.cat_names]
+    if bad: raise ValueError(f"sparse names {bad}, which are not cat columns {list(to.cat_names)}")
+    return [i for i,n in enumerate(to.cat_names) if n in L(sparse)]
+
+@delegates(Learner.__init__)
+def tabular_learner(dls, layers:list=None, emb_szs:dict|int=None, config:dict=None, n_out:int=None, y_range=None,
+                    sparse=None, # cat names, True (all), or a table size: tables above it get sparse gradients
+                    fused:bool=False, # one fused weight per embedding width: one lookup kernel instead of one per column
+                    bag_mode:str='mean', # how a multi-hot column's element embeddings combine: 'mean' or 'sum'
+                    sparse_lr_mult:float=1., # the sparse tables' learning rate, as a multiple of the dense one
+                    **kwargs):
+    """fastai's `tabular_learner` (same signature and defaults) building `TabularModelGPU`: multi-hot columns become
+    embedding bags, `sparse` tables get sparse gradients (and the optimizer a sparse update for them, behind the same
+    fastai optimizer), `fused` looks all tables up at once. `emb_szs` may also be an int: every table that wide."""
+    if config is None: config = tabular_config()
+    if layers is None: layers = [200, 100]
+    to = dls.train_ds
+    if isinstance(emb_szs, int): emb_szs = {n: emb_szs for n in to.cat_names}
+    emb_szs = get_emb_sz(to, {} if emb_szs is None else emb_szs)
+    if n_out is None: n_out = get_c(dls)
+    assert n_out, "`n_out` is not defined, and could not be inferred from data, set `dls.c` or pass `n_out`"
+    if y_range is None and 'y_range' in config: y_range = config.pop('y_range')
+    bags = {i: w for i,(n,w) in enumerate(zip(to.cat_names, getattr(to, 'cat_widths', lambda: [])())) if n in getattr(to, 'bag_widths', {})}
+    sparse = sparse_columns(to, sparse)
+    if fused and sparse: sparse = list(range(len(to.cat_names)))   # one weight: all sparse
+    model = TabularModelGPU(emb_szs, len(dls.cont_names), n_out, layers, y_range=y_range, bags=bags, sparse=sparse,
+                            fused=fused, bag_mode=bag_mode, **config)
+    if sparse:
+        from .optimizer import sparse_opt
+        kwargs['opt_func'] = sparse_opt(kwargs.get('opt_func', Adam), sparse_lr_mult=sparse_lr_mult)
+    return TabularLearner(dls, model, **kwargs)

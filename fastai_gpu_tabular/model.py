@@ -1,0 +1,133 @@
+"Model pieces fastai lacks: multi-hot columns (embedding bags), sparse-gradient tables, and a fused embedding lookup."
+from __future__ import annotations
+
+import torch, torch.nn as nn, torch.nn.functional as F
+from fastai.layers import Embedding, trunc_normal_
+from fastai.tabular.model import TabularModel
+from fastai.torch_core import Module
+
+__all__ = ['bag_lookup', 'FusedEmbedding', 'TabularModelGPU']
+
+def _init_(w): trunc_normal_(w.data, std=0.01)   # fastai's `Embedding` init
+def _width(bags, i): return bags.get(i, 1)
+
+def _embedding(ni, nf, sparse=False):
+    "fastai's `Embedding`, with sparse gradients if asked."
+    e = Embedding(ni, nf)
+    e.sparse = sparse
+    return e
+
+def bag_lookup(codes, weight, mode='mean', sparse=False):
+    "Embed bags of `codes` (`[bs, slots]`, -1 = padding) in `weight`: the sum or mean of each row's embeddings."
+    mask = codes >= 0
+    out = F.embedding_bag(codes.clamp(min=0), weight, mode='sum', sparse=sparse, per_sample_weights=mask.to(weight.dtype))
+    return out / mask.sum(1, keepdim=True).clamp(min=1).to(out.dtype) if mode == 'mean' else out
+
+class _Bag(nn.Module):
+    "One multi-hot column's table; `weight` under fastai's `embeds.{i}.weight` name."
+    def __init__(self, ni, nf, mode='mean', sparse=False):
+        super().__init__()
+        self.weight,self.mode,self.sparse = nn.Parameter(torch.empty(ni, nf)),mode,sparse
+        _init_(self.weight)
+    def forward(self, codes): return bag_lookup(codes, self.weight, self.mode, self.sparse)
+
+class FusedEmbedding(Module):
+    """All tables of one embedding width in one weight, with row offsets: one lookup kernel per width instead of one per
+    column (a single kernel when every width is the same). Outputs keep the columns' order; `column_weights()` gives
+    each table back for export."""
+    def __init__(self, emb_szs, bags=None, mode='mean', sparse=False):
+        self.emb_szs,self.bags,self.mode,self.sparse = list(emb_szs),dict(bags or {}),mode,sparse
+        starts = torch.tensor([0] + [_width(self.bags, i) for i in range(len(emb_szs))]).cumsum(0)
+        self.groups,self.weights,feat,pos = [],nn.ParameterList(),0,{}
+        for d in sorted({nf for _,nf in emb_szs}):
+            cols = [i for i,(_,nf) in enumerate(emb_szs) if nf == d]
+            rows = torch.tensor([0] + [emb_szs[i][0] for i in cols]).cumsum(0).tolist()
+            w = nn.Parameter(torch.empty(rows[-1] + 1, d))   # the last row pads bags: excluded from their reduction
+            _init_(w)
+            with torch.no_grad(): w[-1] = 0
+            self.weights.append(w)
+            g = len(self.groups)
+            self.register_buffer(f'slots{g}', torch.cat([torch.arange(starts[i], starts[i+1]) for i in cols]), persistent=False)
+            self.register_buffer(f'offs{g}', torch.tensor([rows[k] for k,i in enumerate(cols) for _ in range(_width(self.bags, i))]),
+                                 persistent=False)
+            firsts = torch.tensor([0] + [_width(self.bags, i) for i in cols]).cumsum(0)[:-1]
+            self.register_buffer(f'firsts{g}', firsts, persistent=False)
+            self.groups.append(dict(cols=cols, rows=rows, pad=rows[-1], bags=any(i in self.bags for i in cols)))
+            for k,i in enumerate(cols): pos[i] = feat + k*d
+            feat += len(cols) * d
+        # the first Linear layer expects features in column order, as the unfused model makes them
+        perm = [torch.arange(pos[i], pos[i] + nf) for i,(_,nf) in enumerate(emb_szs)]
+        self.register_buffer('perm', torch.cat(perm) if perm else torch.zeros(0, dtype=torch.long), persistent=False)
+        self.in_order = len(self.groups) <= 1
+
+    def forward(self, x_cat):
+        outs = []
+        for g,(grp,w) in enumerate(zip(self.groups, self.weights)):
+            slots = x_cat[:, getattr(self, f'slots{g}')]
+            if not grp['bags']:    # single-hot only: one plain gather
+                outs.append(F.embedding(slots + getattr(self, f'offs{g}'), w, sparse=self.sparse).flatten(1))
+                continue
+            bs,n = slots.shape
+            idx = torch.where(slots >= 0, slots + getattr(self, f'offs{g}'), grp['pad']).flatten()
+            offsets = (torch.arange(bs, device=x_cat.device)[:, None] * n + getattr(self, f'firsts{g}')).flatten()
+            out = F.embedding_bag(idx, w, offsets.to(idx.dtype), mode=self.mode, sparse=self.sparse, padding_idx=grp['pad'])
+            outs.append(out.view(bs, -1))
+        x = torch.cat(outs, 1) if len(outs) > 1 else outs[0]
+        return x if self.in_order else x[:, self.perm]
+
+    def column_weights(self) -> list:
+        "Each column's table, in column order (views of the fused weights, padding row excluded)."
+        res = [None] * len(self.emb_szs)
+        for grp,w in zip(self.groups, self.weights):
+            for k,i in enumerate(grp['cols']): res[i] = w[grp['rows'][k]:grp['rows'][k+1]]
+        return res
+
+class TabularModelGPU(TabularModel):
+    """fastai's `TabularModel` (same layers and parameter names), plus multi-hot columns as embedding bags, tables with
+    sparse gradients, and an optional fused lookup. `x_cat` holds one column per cat, or a multi-hot column's slots."""
+    def __init__(self, emb_szs, n_cont, out_sz, layers, ps=None, embed_p=0., y_range=None, use_bn=True, bn_final=False,
+                 bn_cont=True, act_cls=nn.ReLU(inplace=True), lin_first=True,
+                 bags:dict=None, # {cat index: slots} of the multi-hot columns
+                 sparse=(), # cat indices whose tables get sparse gradients (`fused`: all of them, or none)
+                 fused=False, # one lookup kernel per embedding width instead of one per column
+                 bag_mode='mean'): # how a bag's embeddings combine: 'mean' or 'sum'
+        # fastai builds the layers; its tables are rebuilt below (1-row stand-ins: no huge throwaway allocation)
+        super().__init__([(1, nf) for _,nf in emb_szs], n_cont, out_sz, layers, ps=ps, embed_p=embed_p, y_range=y_range,
+                         use_bn=use_bn, bn_final=bn_final, bn_cont=bn_cont, act_cls=act_cls, lin_first=lin_first)
+        if bag_mode not in ('mean', 'sum'): raise ValueError(f"bag_mode must be 'mean' or 'sum', not {bag_mode!r}")
+        self.bags,self.sparse,self.emb_szs = dict(bags or {}),set(sparse),list(emb_szs)
+        self.widths = [_width(self.bags, i) for i in range(len(emb_szs))]
+        if fused:
+            if self.sparse and self.sparse != set(range(len(emb_szs))):
+                raise ValueError("a fused embedding has one weight: its tables are all sparse or all dense")
+            self.embeds = nn.ModuleList()
+            self.fused = FusedEmbedding(emb_szs, self.bags, bag_mode, sparse=bool(self.sparse))
+        else:
+            self.fused = None
+            self.embeds = nn.ModuleList([_Bag(ni, nf, bag_mode, sparse=i in self.sparse) if i in self.bags
+                                         else _embedding(ni, nf, sparse=i in self.sparse) for i,(ni,nf) in enumerate(emb_szs)])
+        self.simple = not fused and not self.bags
+
+    def embed(self, x_cat):
+        "The concatenated embeddings of every cat column, in column order."
+        if self.fused is not None: return self.fused(x_cat)
+        if self.simple: return torch.cat([e(x_cat[:, i]) for i,e in enumerate(self.embeds)], 1)
+        outs,j = [],0
+        for e,w in zip(self.embeds, self.widths):
+            outs.append(e(x_cat[:, j:j+w]) if isinstance(e, _Bag) else e(x_cat[:, j]))
+            j += w
+        return torch.cat(outs, 1)
+
+    def forward(self, x_cat, x_cont=None):
+        if self.n_emb != 0: x = self.emb_drop(self.embed(x_cat))
+        if self.n_cont != 0:
+            if self.bn_cont is not None: x_cont = self.bn_cont(x_cont)
+            x = torch.cat([x, x_cont], 1) if self.n_emb != 0 else x_cont
+        return self.layers(x)
+
+    def unfused_state_dict(self) -> dict:
+        "A state dict with one `embeds.{i}.weight` per column, as the unfused model (and fastai's TabularModel) name them."
+        sd = {k:v for k,v in self.state_dict().items() if not k.startswith('fused.')}
+        if self.fused is not None:
+            for i,w in enumerate(self.fused.column_weights()): sd[f'embeds.{i}.weight'] = w.detach().clone()
+        return sd
