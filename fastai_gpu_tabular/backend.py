@@ -5,7 +5,7 @@ import functools, os
 import numpy as np, pandas as pd, torch
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
-           'frame_device', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques', 'encode_codes',
+           'frame_device', 'gather_columns', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques', 'encode_codes',
            'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings', 'split_lists', 'explode_lists', 'pad_bags']
 
 # cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.
@@ -63,6 +63,20 @@ def frame_device(df) -> torch.device:
     "The device the frame's data lives on."
     return torch.device('cuda', _cupy().cuda.runtime.getDevice()) if is_cudf(df) else torch.device('cpu')
 
+def gather_columns(df, cols:list, order=None, casts:dict|None=None):
+    "Columns `cols` of `df` (rows in `order`, if given), each cast as `casts` says, as a new frame of `df`'s backend."
+    casts = casts or {}
+    if is_cudf(df):
+        res = df[cols] if order is None else df[cols].take(order)
+        for c,t in casts.items(): res[c] = res[c].astype(t)
+        return res
+    # pandas: cast first, so that the row gather moves category codes rather than Python object pointers
+    data = {}
+    for c in cols:
+        a = (df[c].astype(casts[c]) if c in casts else df[c]).array
+        data[c] = a if order is None else a.take(order)
+    return pd.DataFrame(data, index=df.index if order is None else df.index.take(order))
+
 def col_to_tensor(col) -> torch.Tensor:
     "A column as a torch tensor on the column's own device: zero-copy via `from_numpy`, or DLPack on the GPU."
     if is_cudf(col): return torch.from_dlpack(col.values)
@@ -87,24 +101,31 @@ def is_str_dtype(dtype) -> bool:
 def is_numeric_dtype(dtype) -> bool:
     return pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)
 
+def _first_value(col):
+    "The first non-null value of a pandas column, or None (looks at a few rows before scanning them all)."
+    for a in (col.iloc[:64], col):
+        a = a.to_numpy()
+        ok = ~pd.isna(a) if a.dtype != object else np.fromiter((not _isnull(v) for v in a), bool, len(a))
+        if ok.any(): return a[ok.argmax()]
+    return None
+
+def _isnull(v): return v is None or (isinstance(v, float) and v != v) or v is pd.NA or v is pd.NaT
+
 def is_list_dtype(col) -> bool:
     "Whether a column holds lists (cuDF list dtype, or pandas object cells that are lists/arrays)."
     if is_cudf(col): return type(col.dtype).__name__ == 'ListDtype'
-    if col.dtype != object: return False
-    first = col.dropna()
-    return len(first) > 0 and isinstance(first.iloc[0], (list, tuple, np.ndarray))
+    return col.dtype == object and isinstance(_first_value(col), (list, tuple, np.ndarray))
 
 def holds_strings(col) -> bool:
     "Whether a column's values are strings (a cuDF string column, or pandas cells that are `str`)."
     if is_cudf(col): return is_str_dtype(col.dtype)
-    first = col.dropna()
-    return len(first) > 0 and isinstance(first.iloc[0], str)
+    return isinstance(_first_value(col), str)
 
 def sorted_uniques(col) -> list:
     "Sorted distinct non-null values of `col` as a host list of NumPy scalars or Python objects, as fastai's `L.sorted()`."
     if is_cudf(col): return list(to_host(col.dropna().unique().sort_values()).to_numpy())
-    u = col.dropna().unique()
-    if not isinstance(u, np.ndarray): u = np.asarray(u)
+    u = np.asarray(col.unique())   # then drop the missing ones: cheaper than `dropna` on every row of an object column
+    u = u[~pd.isna(u)]
     if u.dtype != object: return list(np.sort(u))
     try: return sorted(u)
     except TypeError as e:
@@ -119,7 +140,9 @@ def encode_codes(col, vocab:list, add:int=1):
         dt = col.dtype.categories.dtype if type(col.dtype).__name__ == 'CategoricalDtype' else col.dtype
         cats = cudf.Index(vocab) if is_str_dtype(dt) else cudf.Index(np.asarray(vocab), dtype=dt)
         return (col.astype(cudf.CategoricalDtype(categories=cats)).cat.codes + add).fillna(add - 1)
-    codes = pd.Categorical(col, categories=vocab).codes
+    if isinstance(col.dtype, pd.CategoricalDtype) and len(col.cat.categories) == len(vocab) and col.cat.categories.equals(pd.Index(vocab)):
+        codes = col.cat.codes.to_numpy()   # what fastai does for a category column: no second hash of the values
+    else: codes = pd.Categorical(col, categories=vocab).codes
     return pd.Series(codes + codes.dtype.type(add), index=col.index, name=col.name)
 
 def take_values(vocab:list, codes) -> pd.Series:

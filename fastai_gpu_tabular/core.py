@@ -14,7 +14,7 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, Tabular, df_shrink_dtypes
 from fastai.torch_core import display_df
 
-from .backend import (col_to_tensor, encode_codes, explode_lists, frame_device, is_cudf, is_list_dtype,
+from .backend import (col_to_tensor, encode_codes, explode_lists, frame_device, gather_columns, is_cudf, is_list_dtype,
                       is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend, to_pandas)
 from .loader import BatchDataLoader, BatchDataLoaders
 from .procs import fill_nan_check, register_procs
@@ -42,16 +42,16 @@ class TabularGPU(Tabular):
         cat_names,cont_names,y_names = L(cat_names).copy(),L(cont_names).copy(),L(y_names).copy()
         self._check_names(df, cat_names, cont_names, y_names, procs, do_setup)
         order = _row_order(splits, len(df))
-        # Only the named columns are kept (fastai copies the whole frame, twice with splits): no caller mutation either way
-        if inplace and order is None: items = df
-        else:
-            cols = [c for c in dict.fromkeys(cat_names + cont_names + y_names) if c in df.columns]
-            if is_cudf(df): items = df[cols] if order is None else df[cols].take(order)
-            # `take`, not `df[cols]`: pandas flags that a copy, which fastai's chained_assignment='raise' then rejects
-            else: items = df.take(df.columns.get_indexer(cols), axis=1) if order is None else df.iloc[order, df.columns.get_indexer(cols)]
-        self.all_rows_vocab = set()
-        self.multi_hot = self._multi_hot(items, cat_names, multi_hot)
-        if reduce_memory and len(items): items = self._shrink(items, cat_names)
+        self.multi_hot = self._multi_hot(df, cat_names, multi_hot)
+        # fastai's df_shrink (when reduce_memory): numbers downcast, object/str cat columns cast to category over all
+        # rows, which is where fastai's vocabulary for them comes from (valid-only values included)
+        casts = self._shrink_dtypes(df, cat_names, cont_names, y_names) if reduce_memory and len(df) else {}
+        if inplace and order is None:
+            items = df
+            for c,t in casts.items(): items[c] = items[c].astype(t)
+        # only the named columns, copied once (fastai copies the whole frame, twice with splits): no caller mutation
+        else: items = gather_columns(df, [c for c in dict.fromkeys(cat_names + cont_names + y_names) if c in df.columns],
+                                     order, casts)
         items = self._prepare(items, cat_names, cont_names, y_names, self.multi_hot)
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
         self.items,self._packed,self._parent = items,{},None
@@ -94,13 +94,11 @@ class TabularGPU(Tabular):
         return type(self)(df, do_setup=False, reduce_memory=False, y_block=TransformBlock(), inplace=inplace,
                           multi_hot=self.multi_hot, **attrdict(self, 'procs', 'cat_names', 'cont_names', 'y_names', 'device'))
 
-    def _shrink(self, items, cat_names):
-        "fastai's `df_shrink`: downcast numbers; object/str cat columns get their vocab from all rows, as its category cast does."
-        dtypes = df_shrink_dtypes(items)
-        for c,t in dtypes.items():
-            if t != 'category': items[c] = items[c].astype(t)
-            elif c in cat_names: self.all_rows_vocab.add(c)
-        return items
+    def _shrink_dtypes(self, df, cat_names, cont_names, y_names) -> dict:
+        "fastai's `df_shrink_dtypes` on the named columns; the category cast only for single-hot cats and targets."
+        named = set(cat_names) | set(cont_names) | set(y_names)
+        dtypes = df_shrink_dtypes(df, skip=[c for c in df.columns if c not in named or c in self.multi_hot])
+        return {c:t for c,t in dtypes.items() if t != 'category' or c in cat_names or c in y_names}
 
     @staticmethod
     def _prepare(items, cat_names, cont_names, y_names, multi_hot):

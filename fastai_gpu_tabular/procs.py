@@ -81,9 +81,8 @@ def _categorify_setups(self, to):
         if n in to.multi_hot:    # a vocab over the elements; the bag width fits the longest list of all rows
             col, _ = explode_lists(col)
             self.multi_hot_lens[n] = max(int(explode_lists(to.full_items[n])[1].max()), 1)
-        # object/str columns: fastai's df_shrink casts them to category over *all* rows, so their vocab includes
-        # valid-only values; kept for parity. Frequencies (min_freq, max_vocab) are counted on the training rows.
-        elif n in to.all_rows_vocab and not (mf or mv): col = to.full_items[n]
+        # a category column's vocab is its categories (from all rows, for fastai's df_shrink cast); frequencies
+        # (min_freq, max_vocab) are counted on the training rows
         values = freq_values(col, mf, mv) if mf or mv else _cat_values(col)
         self.classes[n] = category_map(values)
 
