@@ -1,9 +1,11 @@
 """Everything a notebook needs: `from fastai_gpu_tabular.all import *`, after `from fastai.tabular.all import *` so that
-our `Categorify` (fastai's, plus min_freq/max_vocab) and `tabular_learner` (fastai's, plus multi-hot/sparse/fused) win."""
+ours win where they extend fastai's: `Categorify` (plus min_freq/max_vocab), `tabular_learner` (plus multi-hot, sparse
+and fused embeddings) and `Lamb` (the same math and state, with no host sync in `step`)."""
 from .backend import *
 from .procs import *
 from .loader import *
 from .core import *
 from .model import *
 from .learner import *
+from .optimizer import *
 from .data import *
