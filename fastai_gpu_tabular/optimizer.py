@@ -15,18 +15,18 @@ Large-batch recipe (what the helpers below are for):
 """
 from __future__ import annotations
 
-import math, warnings
+import functools, math, warnings
 from collections import defaultdict
 
 import torch
 from torch import nn
 from fastcore.basics import partialler
 from fastcore.foundation import L
-from fastai.optimizer import Optimizer, OptimWrapper
+from fastai.optimizer import Adam, Optimizer, OptimWrapper
 from fastai.torch_core import norm_types, trainable_params
 
 __all__ = ['Lamb', 'lamb', 'LambOptimizer', 'lamb_foreach_step', 'no_wd_params', 'lamb_param_groups',
-           'WDGroupsOptimWrapper', 'torch_optimizer_lamb', 'scale_lr', 'warmup_pct']
+           'WDGroupsOptimWrapper', 'torch_optimizer_lamb', 'scale_lr', 'warmup_pct', 'sparse_adam_step', 'sparse_opt']
 
 def _check_dense(grads):
     "LAMB's moments and norms are dense ops: refuse sparse grads before anything is mutated."
@@ -239,3 +239,62 @@ def warmup_pct(
     if not warmup > 0 or steps >= total:
         raise ValueError(f"warmup of {warmup} {unit} must be positive and shorter than the {total} steps of training")
     return steps/total
+
+# --- tables with sparse gradients ---------------------------------------------------------------------------------
+@torch.no_grad()
+def sparse_adam_step(p, grad, state:dict, lr:float, mom:float=0.9, sqr_mom:float=0.99, eps:float=1e-8):
+    """`torch.optim.SparseAdam`'s update of the rows of `p` in the sparse `grad` (moments and bias correction alike),
+    with the state kept for the rows ever touched only: `state['rows']` (sorted) indexes `exp_avg`/`exp_avg_sq`.
+    New rows need their count on the host: one sync per step and table on CUDA."""
+    g = grad.coalesce()
+    rows,vals = g.indices()[0],g.values()
+    if 'rows' not in state:
+        state.update(rows=rows.new_empty(0), exp_avg=vals.new_zeros((0, *vals.shape[1:])),
+                     exp_avg_sq=vals.new_zeros((0, *vals.shape[1:])), step=0)
+    state['step'] += 1
+    known = state['rows']
+    pos = torch.searchsorted(known, rows)
+    hit = known[pos.clamp(max=len(known) - 1)] == rows if len(known) else torch.zeros_like(rows, dtype=torch.bool)
+    new = rows[~(hit & (pos < len(known)))]
+    if len(new):   # grow the state by the rows seen for the first time, keeping it sorted
+        state['rows'],order = torch.sort(torch.cat([known, new]))
+        for k in ('exp_avg', 'exp_avg_sq'):
+            state[k] = torch.cat([state[k], state[k].new_zeros((len(new), *state[k].shape[1:]))])[order]
+        pos = torch.searchsorted(state['rows'], rows)
+    m,v = state['exp_avg'],state['exp_avg_sq']
+    m_old,v_old = m[pos],v[pos]
+    m_new = m_old + (vals - m_old) * (1 - mom)
+    v_new = v_old + (vals * vals - v_old) * (1 - sqr_mom)
+    m[pos],v[pos] = m_new,v_new
+    step_size = lr * math.sqrt(1 - sqr_mom ** state['step']) / (1 - mom ** state['step'])
+    p.index_add_(0, rows, m_new / (v_new.sqrt() + eps), alpha=-step_size)
+
+@functools.cache
+def _with_sparse(cls):
+    "`cls` whose `step` also updates the parameters with sparse gradients (embedding tables) by `sparse_adam_step`."
+    class _Sparse(cls):
+        def step(self, closure=None):
+            # hide the sparse grads from the dense step (it skips params without grads), then step those rows
+            sparse = [(p, hyper) for pg,hyper in zip(self.param_lists, self.hypers) for p in pg
+                      if p.grad is not None and p.grad.is_sparse]
+            grads = [p.grad for p,_ in sparse]
+            for p,_ in sparse: p.grad = None
+            super().step(closure)
+            for (p,hyper),g in zip(sparse, grads):
+                sparse_adam_step(p, g, self.state[p], hyper['lr'] * self.sparse_lr_mult, hyper.get('mom', 0.9),
+                                 hyper.get('sqr_mom', 0.99), hyper.get('eps', 1e-8))
+    _Sparse.__name__ = _Sparse.__qualname__ = f'Sparse{cls.__name__}'
+    return _Sparse
+
+def _sparse_opt(params, opt_func=Adam, sparse_lr_mult=1., **kwargs):
+    opt = opt_func(params, **kwargs)
+    if not isinstance(opt, Optimizer): raise TypeError(f"sparse_opt needs a fastai Optimizer, got {type(opt).__name__}")
+    opt.__class__ = _with_sparse(type(opt))
+    opt.sparse_lr_mult = sparse_lr_mult
+    return opt
+
+def sparse_opt(opt_func=Adam, sparse_lr_mult:float=1.):
+    """An `opt_func`: dense parameters step with `opt_func` (fastai's `Adam`, our `Lamb`, ...), tables with sparse
+    gradients with a lazy row-wise Adam (`sparse_adam_step`, at `lr*sparse_lr_mult`; no weight decay), in one fastai
+    optimizer, so `fit_one_cycle` schedules both and `learn.save/load` keeps both states."""
+    return partialler(_sparse_opt, opt_func=opt_func, sparse_lr_mult=sparse_lr_mult)
