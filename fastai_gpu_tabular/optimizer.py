@@ -243,24 +243,27 @@ def warmup_pct(
 # --- tables with sparse gradients ---------------------------------------------------------------------------------
 @torch.no_grad()
 def sparse_adam_step(p, grad, state:dict, lr:float, mom:float=0.9, sqr_mom:float=0.99, eps:float=1e-8):
-    """`torch.optim.SparseAdam`'s update of the rows of `p` in the sparse `grad` (moments and bias correction alike),
-    with the state kept for the rows ever touched only: `state['rows']` (sorted) indexes `exp_avg`/`exp_avg_sq`.
-    New rows need their count on the host: one sync per step and table on CUDA."""
+    """`torch.optim.SparseAdam`'s update of the rows of `p` in the sparse `grad` (same moments and bias correction),
+    with moments kept for the rows ever touched only: `state['slot']` maps a row to its moments (-1: none yet, 4 bytes
+    a row), `exp_avg`/`exp_avg_sq` grow by doubling, and `state['n']` rows of them are used. A step costs the rows in
+    `grad`, not the table. New rows need their count on the host: one sync per step and table on CUDA."""
     g = grad.coalesce()
     rows,vals = g.indices()[0],g.values()
-    if 'rows' not in state:
-        state.update(rows=rows.new_empty(0), exp_avg=vals.new_zeros((0, *vals.shape[1:])),
-                     exp_avg_sq=vals.new_zeros((0, *vals.shape[1:])), step=0)
+    if 'slot' not in state:
+        state.update(slot=torch.full((p.shape[0],), -1, dtype=torch.int64, device=p.device), n=0, step=0,
+                     exp_avg=vals.new_zeros((0, *vals.shape[1:])), exp_avg_sq=vals.new_zeros((0, *vals.shape[1:])))
     state['step'] += 1
-    known = state['rows']
-    pos = torch.searchsorted(known, rows)
-    hit = known[pos.clamp(max=len(known) - 1)] == rows if len(known) else torch.zeros_like(rows, dtype=torch.bool)
-    new = rows[~(hit & (pos < len(known)))]
-    if len(new):   # grow the state by the rows seen for the first time, keeping it sorted
-        state['rows'],order = torch.sort(torch.cat([known, new]))
-        for k in ('exp_avg', 'exp_avg_sq'):
-            state[k] = torch.cat([state[k], state[k].new_zeros((len(new), *state[k].shape[1:]))])[order]
-        pos = torch.searchsorted(state['rows'], rows)
+    pos = state['slot'][rows]
+    new = rows[pos < 0]
+    if len(new):   # rows seen for the first time get the next slots; storage doubles when full
+        n,k = state['n'],len(new)
+        if n + k > len(state['exp_avg']):
+            grow = max(n + k, 2 * len(state['exp_avg'])) - len(state['exp_avg'])
+            for key in ('exp_avg', 'exp_avg_sq'):
+                state[key] = torch.cat([state[key], state[key].new_zeros((grow, *state[key].shape[1:]))])
+        state['slot'][new] = torch.arange(n, n + k, device=rows.device)
+        state['n'] = n + k
+        pos = state['slot'][rows]
     m,v = state['exp_avg'],state['exp_avg_sq']
     m_old,v_old = m[pos],v[pos]
     m_new = m_old + (vals - m_old) * (1 - mom)
