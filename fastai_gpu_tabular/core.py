@@ -16,7 +16,7 @@ from fastai.torch_core import display_df
 
 from .backend import (col_to_tensor, encode_codes, explode_lists, frame_device, gather_columns, is_cudf, is_list_dtype,
                       is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend, to_pandas)
-from .loader import BatchDataLoader, BatchDataLoaders
+from .loader import BatchDataLoader, BatchDataLoaders, unpack_rows
 from .procs import fill_nan_check, register_procs
 
 __all__ = ['TabularGPU', 'show_results']
@@ -192,15 +192,23 @@ class TabularGPU(Tabular):
     @property
     def has_y(self) -> bool: return len(self.y_names) > 0 and all(n in self.items.columns for n in self.y_names)
 
-    def packed(self, device=None) -> tuple:
-        "`(cats, conts[, ys])` as contiguous tensors on `device` (default: the frame's), packed once and cached."
+    def packed_rows(self, device=None) -> tuple:
+        """`(rows, layout)`: every processed column in one row-major int32 tensor on `device` (default: the frame's),
+        y first, then cats, then conts as float32 bits, so that a batch is a single gather; `layout` says where each
+        of `(cats, conts[, ys])` is and its dtype (see `unpack_rows`). Packed once, then cached per device."""
         device = torch.device(device) if device is not None else frame_device(self.items)
         if device.type == 'cuda' and device.index is None: device = torch.device('cuda', torch.cuda.current_device())
         if device not in self._packed:
-            if self._parent is not None: ts = tuple(t[self._rows] for t in self._parent.packed())[:3 if self.has_y else 2]
-            else: ts = self._pack()
-            self._packed[device] = tuple(t.to(device) for t in ts)
+            if self._parent is None: rows,layout = self._pack()
+            else:   # a subset's rows are a slice of the whole object's: no copy
+                rows,layout = self._parent.packed_rows()
+                rows,layout = rows[self._rows],layout[:3 if self.has_y else 2]
+            self._packed[device] = (rows.to(device), layout)
         return self._packed[device]
+
+    def packed(self, device=None) -> tuple:
+        "`(cats, conts[, ys])` on `device`: views of `packed_rows` (cats int32, conts float32, ys int64 or float32)."
+        return unpack_rows(*self.packed_rows(device))
 
     @property
     def bag_widths(self) -> dict:
@@ -226,11 +234,18 @@ class TabularGPU(Tabular):
 
     def _pack(self):
         n,dev = len(self.items),frame_device(self.items)
-        def _fill(names, dtype, what, widths=None):
-            widths = widths or [1] * len(names)
-            out = torch.empty((n, sum(widths)), dtype=dtype, device=dev)
+        ydt = self._y_dtype() if self.has_y else None
+        # columns of the int32 row: y first (an int64 y takes two, at an 8-byte aligned start), cats, conts, then
+        # one pad column if needed so that rows stay 8-byte aligned too
+        ny = len(self.y_names) * (2 if ydt == torch.int64 else 1) if ydt is not None else 0
+        nc,nk = sum(self.cat_widths()),len(self.cont_names)
+        width = ny + nc + nk + (ny + nc + nk) % 2 * (ydt == torch.int64)
+        layout = ((ny, ny+nc, torch.int32), (ny+nc, ny+nc+nk, torch.float32)) + (((0, ny, ydt),) if ny else ())
+        rows = torch.zeros((n, width), dtype=torch.int32, device=dev)
+        cats,conts,*ys = unpack_rows(rows, layout)
+        def _fill(out, names, what, widths=None):
             j = 0
-            for c,w in zip(names if n else [], widths):
+            for c,w in zip(names if n else [], widths or [1] * len(names)):
                 if c in self.multi_hot: out[:, j:j+w] = self._bag_block(c, w)
                 else:
                     col = self.items[c]
@@ -239,13 +254,13 @@ class TabularGPU(Tabular):
                                         "this TabularGPU first (test_dl does unless process=False)")
                     out[:, j] = col_to_tensor(col)
                 j += w
-            return out
-        res = [_fill(self.cat_names, torch.int32, 'cat', self.cat_widths()), _fill(self.cont_names, torch.float32, 'cont')]
-        if n and res[1].isnan().any():
-            bad = [c for j,c in enumerate(self.cont_names) if res[1][:, j].isnan().any()]
+        _fill(cats, self.cat_names, 'cat', self.cat_widths())
+        _fill(conts, self.cont_names, 'cont')
+        if n and conts.isnan().any():
+            bad = [c for j,c in enumerate(self.cont_names) if conts[:, j].isnan().any()]
             raise ValueError(f"continuous column(s) {bad} hold NaN after processing: add FillMissing to procs")
-        if self.has_y: res.append(_fill(self.y_names, self._y_dtype(), 'y'))
-        return tuple(res)
+        if ys: _fill(ys[0], self.y_names, 'y')
+        return rows,layout
 
     def _y_dtype(self):
         "long for class indices (as fastai's CrossEntropy wants), float32 for regression and multi-label targets."

@@ -9,7 +9,11 @@ from fastai.tabular.core import ReadTabBatch, TabDataLoader, Tabular
 from fastai.tabular.data import TabularDataLoaders
 from fastai.torch_core import to_np
 
-__all__ = ['BatchDataLoader', 'BatchDataLoaders', 'ReadTabBatchGPU']
+__all__ = ['BatchDataLoader', 'BatchDataLoaders', 'ReadTabBatchGPU', 'unpack_rows']
+
+def unpack_rows(rows, layout) -> tuple:
+    "Views `(cats, conts[, ys])` of packed int32 `rows`: each `(start, stop, dtype)` of `layout`, reinterpreted as `dtype`."
+    return tuple(rows[:, a:b] if dt == torch.int32 else rows[:, a:b].view(dt) for a,b,dt in layout)
 
 class ReadTabBatchGPU(ReadTabBatch):
     "fastai's `ReadTabBatch` for batches that are already tensors: encodes passes them through"
@@ -51,14 +55,14 @@ class BatchDataLoader(TabDataLoader):
         self.to(self.device)
 
     @property
-    def tensors(self) -> tuple:
-        "The packed `(cats, conts[, ys])` on this loader's device (moved there once, then cached by the dataset)."
-        return self.dataset.packed(self.device)
+    def rows(self) -> tuple:
+        "The dataset's packed `(rows, layout)` on this loader's device (moved there once, then cached by the dataset)."
+        return self.dataset.packed_rows(self.device)
 
     def to(self, device):
         "Move to `device` now, so a bad frame fails here rather than at the first batch."
         self.device = device
-        if self.n: self.tensors
+        if self.n: self.rows
         return self
 
     def _overridden(self, nm):
@@ -75,11 +79,11 @@ class BatchDataLoader(TabDataLoader):
     def _order(self):
         "This epoch's row order on the data's device, or None for `range(n)` (batches are then slices: no copy)."
         if not self._overridden('get_idxs'): return self._own_order()
-        return torch.as_tensor(self.get_idxs(), dtype=torch.long).to(self.tensors[0].device)
+        return torch.as_tensor(self.get_idxs(), dtype=torch.long).to(self.rows[0].device)
 
     def _own_order(self):
         if not self.shuffle: return None
-        dev = self.tensors[0].device
+        dev = self.rows[0].device
         if self.wgts is not None: return torch.multinomial(self.wgts.to(dev), self.n, replacement=True)
         if self._overridden('shuffle_fn'): return self.shuffle_fn(torch.arange(self.n, device=dev))
         return torch.randperm(self.n, device=dev)
@@ -91,14 +95,14 @@ class BatchDataLoader(TabDataLoader):
         end = n - n % self.bs if self.drop_last else n
         for i in range(0, end, self.bs): yield slice(i, min(i + self.bs, n)) if order is None else order[i:i + self.bs]
 
-    def create_batch(self, rows):
-        "One gather per tensor (a view when `rows` is a slice)."
-        if isinstance(rows, slice): return tuple(t[rows] for t in self.tensors)
-        return tuple(t.index_select(0, rows) for t in self.tensors)
+    def create_batch(self, idx):
+        "One gather of the packed rows (a view when `idx` is a slice), split into `(cats, conts[, ys])` views."
+        rows,layout = self.rows
+        return unpack_rows(rows[idx] if isinstance(idx, slice) else rows.index_select(0, idx), layout)
 
     def create_batches(self, samps): return map(self.create_batch, samps)
     def do_item(self, s): return 0 if s is None else s
-    def do_batch(self, b): return self.create_batch(torch.as_tensor(b, dtype=torch.long, device=self.tensors[0].device))
+    def do_batch(self, b): return self.create_batch(torch.as_tensor(b, dtype=torch.long, device=self.rows[0].device))
 
     def __iter__(self):
         self.randomize()
