@@ -1,7 +1,7 @@
 "fastai's own `Categorify`, `FillMissing`, `Normalize` and `Categorize`, computed on the frame's device (cuDF or pandas)."
 from __future__ import annotations
 
-import functools
+import functools, warnings
 from collections import defaultdict
 import numpy as np, pandas as pd
 from fastcore.basics import store_attr
@@ -12,7 +12,7 @@ from fastai.tabular.core import FillMissing, FillStrategy
 
 from .backend import encode_codes, explode_lists, host_scalar, is_cudf, sorted_uniques, take_values, to_host
 
-__all__ = ['Categorify', 'register_procs', 'category_map', 'fill_nan_check', 'freq_values']
+__all__ = ['Categorify', 'register_procs', 'category_map', 'fill_nan_check', 'freq_values', 'bag_width']
 
 class Categorify(fatc.Categorify):
     """fastai's `Categorify`, plus two options for huge ID columns: values seen fewer than `min_freq` times in the
@@ -20,10 +20,12 @@ class Categorify(fatc.Categorify):
     With neither set it is fastai's Categorify exactly."""
     def __init__(self,
         min_freq:int=None, # keep values seen at least this often in the training rows
-        max_vocab:int=None # keep at most this many values (besides '#na#'), the most frequent
+        max_vocab:int=None, # keep at most this many values (besides '#na#'), the most frequent
+        max_bag:int|dict=None # slots of a multi-hot column (or {name: slots}); default: see `bag_width`
     ):
         super().__init__()
-        for k,v in (('min_freq', min_freq), ('max_vocab', max_vocab)):
+        for k,v in (('min_freq', min_freq), ('max_vocab', max_vocab), *(dict(max_bag) if isinstance(max_bag, dict)
+                                                                         else {'max_bag': max_bag}).items()):
             if v is not None and (int(v) != v or v < 1): raise ValueError(f"{k} must be a positive integer, got {v!r}")
         store_attr()
 
@@ -53,6 +55,22 @@ def freq_values(col, min_freq=None, max_vocab=None) -> list:
         keep = np.sort(keep[np.argsort(-counts[keep], kind='stable')[:max_vocab]])
     return [vals[i] for i in keep]
 
+def bag_width(lens, name, max_bag=None) -> int:
+    """Slots for a multi-hot column with lists of `lens` elements: `max_bag`, else the longest list, unless it is over
+    4x the 99th percentile (a long tail: padding to it would cost memory and lookups for almost nothing), then that
+    percentile, with a warning saying how many rows lose elements."""
+    xp = np if isinstance(lens, np.ndarray) else __import__('cupy')
+    longest = max(int(lens.max()), 1)
+    if max_bag is None:
+        p99 = max(int(np.ceil(float(xp.quantile(lens, 0.99)))), 1)
+        if longest <= 4 * p99: return longest
+        max_bag = p99
+    if max_bag < longest:
+        cut = int((lens > max_bag).sum())
+        warnings.warn(f"multi-hot column {name!r}: padding to {max_bag} slots, so {cut} of {len(lens)} rows "
+                      f"(lists up to {longest} long) lose their elements past {max_bag}; pass Categorify(max_bag=...) to change")
+    return min(max_bag, longest)
+
 def _loud(f):
     "fasttransform's `Transform.setup` swallows AttributeError: re-raise it as an error the user sees."
     @functools.wraps(f)
@@ -78,9 +96,10 @@ def _categorify_setups(self, to):
     self.classes,self.multi_hot_lens = {},{}
     for n in to.cat_names:
         col = to.items[n]
-        if n in to.multi_hot:    # a vocab over the elements; the bag width fits the longest list of all rows
+        if n in to.multi_hot:    # a vocab over the elements; the bag width from the lists of all rows
             col, _ = explode_lists(col)
-            self.multi_hot_lens[n] = max(int(explode_lists(to.full_items[n])[1].max()), 1)
+            mb = getattr(self, 'max_bag', None)
+            self.multi_hot_lens[n] = bag_width(explode_lists(to.full_items[n])[1], n, mb.get(n) if isinstance(mb, dict) else mb)
         # a category column's vocab is its categories (from all rows, for fastai's df_shrink cast); frequencies
         # (min_freq, max_vocab) are counted on the training rows
         values = freq_values(col, mf, mv) if mf or mv else _cat_values(col)

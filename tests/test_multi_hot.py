@@ -132,3 +132,16 @@ def test_ml100k_list_genres():
     to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['user_id', 'item_id', 'genres', 'occupation'],
                     cont_names=['age'], y_names='liked', splits=RandomSplitter(seed=0)(range_of(df)))
     assert to.bag_widths == {'genres': 6} and len(to.classes['genres']) == 20
+
+def test_bag_width_caps_long_tails(ml):
+    "Padding follows the longest list, unless a long tail makes that wasteful: then the 99th percentile, with a warning."
+    from fastai_gpu_tabular.procs import bag_width
+    assert bag_width(np.array([1, 2, 2, 3, 6] * 100), 'g') == 6
+    tail = np.array([1, 2, 3] * 400 + [100])
+    with pytest.warns(UserWarning, match=r"'tags': padding to 3 slots, so 1 of 1201 rows .* up to 100 long"):
+        assert bag_width(tail, 'tags') == 3
+    assert bag_width(tail, 'tags', max_bag=200) == 100
+    with pytest.warns(UserWarning, match='padding to 2 slots'): assert bag_width(tail, 'tags', max_bag=2) == 2
+    # through Categorify, per column
+    to = build(ml, procs=[Categorify(max_bag={'genres': 4}), FillMissing, Normalize])
+    assert to.bag_widths == {'genres': 4} and to.packed()[0].shape[1] == 3 + 4
