@@ -5,7 +5,7 @@ import functools, os
 import numpy as np, pandas as pd, torch
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
-           'frame_device', 'gather_columns', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques', 'encode_codes',
+           'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques', 'encode_codes',
            'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings', 'split_lists', 'explode_lists', 'pad_bags']
 
 # cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.
@@ -63,17 +63,32 @@ def frame_device(df) -> torch.device:
     "The device the frame's data lives on."
     return torch.device('cuda', _cupy().cuda.runtime.getDevice()) if is_cudf(df) else torch.device('cpu')
 
+def to_category(col):
+    """`col.astype('category')`: categories sorted, missing values -1. For a pandas column of strings the distinct
+    values are sorted as a NumPy unicode array, in C (code-point order, Python's), not by comparing Python objects."""
+    if is_cudf(col) or col.dtype != object: return col.astype('category')
+    codes, uniq = pd.factorize(col, sort=False)
+    if not len(uniq) or not all(isinstance(v, str) for v in uniq): return col.astype('category')
+    order = np.argsort(np.asarray(uniq, dtype=str), kind='stable')
+    rank = np.empty(len(order), np.intp)
+    rank[order] = np.arange(len(order))
+    cat = pd.Categorical.from_codes(np.where(codes >= 0, rank[codes], -1), validate=False,
+                                    categories=pd.Index(uniq[order], dtype=object))
+    return pd.Series(cat, index=col.index, name=col.name)
+
+def _cast(col, t): return to_category(col) if t == 'category' else col.astype(t)
+
 def gather_columns(df, cols:list, order=None, casts:dict|None=None):
     "Columns `cols` of `df` (rows in `order`, if given), each cast as `casts` says, as a new frame of `df`'s backend."
     casts = casts or {}
     if is_cudf(df):
         res = df[cols] if order is None else df[cols].take(order)
-        for c,t in casts.items(): res[c] = res[c].astype(t)
+        for c,t in casts.items(): res[c] = _cast(res[c], t)
         return res
     # pandas: cast first, so that the row gather moves category codes rather than Python object pointers
     data = {}
     for c in cols:
-        a = (df[c].astype(casts[c]) if c in casts else df[c]).array
+        a = (_cast(df[c], casts[c]) if c in casts else df[c]).array
         data[c] = a if order is None else a.take(order)
     return pd.DataFrame(data, index=df.index if order is None else df.index.take(order))
 

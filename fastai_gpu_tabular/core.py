@@ -15,7 +15,7 @@ from fastai.tabular.core import FillMissing, Tabular, df_shrink_dtypes
 from fastai.torch_core import display_df
 
 from .backend import (col_to_tensor, encode_codes, explode_lists, frame_device, gather_columns, is_cudf, is_list_dtype,
-                      is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend, to_pandas)
+                      is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend, to_category, to_pandas)
 from .loader import BatchDataLoader, BatchDataLoaders, unpack_rows
 from .procs import fill_nan_check, register_procs
 
@@ -48,7 +48,7 @@ class TabularGPU(Tabular):
         casts = self._shrink_dtypes(df, cat_names, cont_names, y_names) if reduce_memory and len(df) else {}
         if inplace and order is None:
             items = df
-            for c,t in casts.items(): items[c] = items[c].astype(t)
+            for c,t in casts.items(): items[c] = to_category(items[c]) if t == 'category' else items[c].astype(t)
         # only the named columns, copied once (fastai copies the whole frame, twice with splits): no caller mutation
         else: items = gather_columns(df, [c for c in dict.fromkeys(cat_names + cont_names + y_names) if c in df.columns],
                                      order, casts)

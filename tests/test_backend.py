@@ -52,3 +52,13 @@ def test_cudf_columns_to_tensors_share_memory():
     assert B.frame_device(cudf.DataFrame({'a': s})).type == 'cuda'
     codes = B.encode_codes(cudf.Series(['b', None, 'z', 'a']), ['a', 'b'], add=1)
     assert codes.to_arrow().to_pylist() == [2, 0, 0, 1]
+
+def test_to_category_is_astype_category():
+    "Sorting the distinct strings in C gives pandas' own categories and codes (and falls back for non-strings)."
+    rng = np.random.default_rng(0)
+    s = pd.Series(rng.choice(np.array(['b', 'a', 'é', 'B', 'zz', '10', '9', ' x', 'a b'], dtype=object), 500), name='s')
+    s[::7] = None; s[3] = np.nan
+    for col in (s, s.where(s != 'a', 1), pd.Series([None, np.nan], dtype=object)):
+        ours, ref = B.to_category(col), col.astype('category')
+        assert ours.cat.categories.equals(ref.cat.categories) and (ours.cat.codes == ref.cat.codes).all()
+        assert ours.index.equals(col.index) and ours.name == col.name
