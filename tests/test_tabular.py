@@ -1,0 +1,46 @@
+"TabularGPU's Tabular surface: iloc, the cats/conts/ys properties and setters, show, decode; and the demo job."
+import numpy as np, pandas as pd, pytest, torch
+from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, range_of
+from fastai_gpu_tabular.all import TabularGPU
+from fastai_gpu_tabular.backend import to_pandas
+from fastai_gpu_tabular.data import load_adult
+import fastai_gpu_tabular.core as fgc
+
+@pytest.fixture
+def to(as_backend):
+    df = load_adult().iloc[:3000].reset_index(drop=True)
+    return TabularGPU(as_backend(df), procs=[Categorify, FillMissing, Normalize], cat_names=['workclass', 'education'],
+                      cont_names=['age', 'hours-per-week'], y_names='income', splits=RandomSplitter(seed=0)(range_of(df)))
+
+def test_iloc_and_properties(to):
+    sub = to.iloc[:7]
+    assert isinstance(sub, TabularGPU) and len(sub) == 7 and list(sub.cat_names) == list(to.cat_names)
+    assert list(to.cats.columns) == ['workclass', 'education'] and list(to.conts.columns) == ['age', 'hours-per-week']
+    assert list(to.ys.columns) == ['income'] and len(to.xs.columns) == 4 and len(to.train) + len(to.valid) == 3000
+    assert to.iloc[[5, 2, 9]].items.index.tolist() == [to.items.index[i] for i in (5, 2, 9)]
+    # fastai's iloc[:, cols] would make a Tabular that lacks its other named columns: refused, naming them
+    with pytest.raises(KeyError, match="column\\(s\\) \\['workclass', 'education', 'hours-per-week'\\] are not in the frame"):
+        to.iloc[:, ['age']]
+
+def test_setters_invalidate_packed_rows(to):
+    before = to.packed()[1].clone()
+    to.conts = to.conts * 2            # what TabularLearner.predict does (conts.astype(np.float32))
+    torch.testing.assert_close(to.packed()[1].cpu(), before.cpu() * 2)
+    to.cats = to.cats * 0
+    assert (to.packed()[0] == 0).all()
+
+def test_show_and_decode(to, monkeypatch):
+    shown = []
+    monkeypatch.setattr(fgc, 'display_df', lambda d: shown.append(d))
+    to.show(max_n=4)
+    df = shown[-1]
+    assert len(df) == 4 and df.workclass.map(lambda v: isinstance(v, str)).all() and set(df.income) <= {'<=50K', '>50K'}
+    assert df.age.between(16, 100).all()        # de-normalised
+    row = to.decode_row(to_pandas(to.items).iloc[0])
+    assert isinstance(row.workclass, str)
+
+def test_demo_runs():
+    "The main job, small: it trains and reports metrics and rows/s."
+    from fastai_gpu_tabular.__main__ import main
+    res = main(['--rows', '30000', '--epochs', '1', '--bs', '4096', '--backend', 'pandas'])
+    assert 0.5 < res['roc_auc'] <= 1 and res['accuracy'] > 0.5 and res['rows_per_s'][0] > 0
