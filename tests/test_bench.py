@@ -1,0 +1,114 @@
+"The bench end to end at tiny N: each contender runs, the JSON has its schema, the chart exists; no timing asserted."
+import json, math, subprocess, sys
+import pytest
+
+from fastai_gpu_tabular.backend import cudf_available
+from fastai_gpu_tabular.bench import CONTENDERS, compute_ratios, format_table, main, time_loader
+
+BS = ['256', '1024']
+
+@pytest.fixture(scope='module')
+def bench(tmp_path_factory):
+    d = tmp_path_factory.mktemp('bench')
+    main(['--rows', '3000', '--bs', ','.join(BS), '--layers', '16', '--emb-sz', '4', '--epochs-loader', '1',
+          '--curve', '2000,3000', '--threads', '1', '--repeat-preprocess', '2', '--out', str(d/'results.json')])
+    return d, json.loads((d/'results.json').read_text())
+
+def _numbers(o):
+    "Every number in a nested JSON value."
+    if isinstance(o, dict): return [x for v in o.values() for x in _numbers(v)]
+    if isinstance(o, list): return [x for v in o for x in _numbers(v)]
+    return [o] if isinstance(o, (int, float)) and not isinstance(o, bool) else []
+
+def test_schema(bench):
+    _, res = bench
+    assert {'meta', 'contenders', 'ratios', 'targets', 'curve', 'curve_growth'} <= set(res)
+    meta = res['meta']
+    assert meta['schema_version'] == 1 and meta['wall_s'] > 0 and meta['timestamp'] and 'git' in meta
+    assert {'cpu', 'cores', 'ram_gb', 'gpu'} <= set(meta['hardware'])
+    assert all(meta['versions'][k] for k in ('torch', 'fastai', 'pandas'))
+    assert meta['args']['bs'] == [256, 1024] and meta['args']['device'] == 'cpu'
+    assert meta['data']['rows'] == 3000 and meta['command'].startswith('python -m fastai_gpu_tabular.bench')
+    assert list(res['contenders']) == list(CONTENDERS)
+
+def test_every_contender_ran(bench):
+    _, res = bench
+    cs = res['contenders']
+    loaders = {'stock_weighted': 'TabWeightedDL', 'stock_shuffle': 'TabDataLoader', 'gpu_pandas': 'BatchDataLoader'}
+    for name,loader in loaders.items():
+        c = cs[name]
+        assert c['status'] == 'ok', c.get('reason')
+        assert c['loader_type'] == loader and c['rows'] == 3000 and c['n_train'] + c['n_valid'] == 3000
+        for k in ('preprocess_s', 'dataloaders_s', 'peak_rss_mb', 'baseline_rss_mb', 'train_rows_per_s', 'valid_auc'):
+            assert isinstance(c[k], float) and math.isfinite(c[k]) and c[k] > 0, (name, k, c[k])
+        assert sorted(c['loader_rows_per_s'], key=int) == BS and all(v > 0 for v in c['loader_rows_per_s'].values())
+        assert set(c['rss_phases_mb']) == {'load', 'preprocess', 'dataloaders', 'loader', 'train'}
+        assert c['peak_gpu_mb'] is None and len(c['preprocess_s_all']) == 2   # a CPU run, two builds
+    assert set(cs['gpu_pandas']['gather_bandwidth']) == set(BS)
+    # the packed loader yields what fastai's ReadTabBatch does: (cats, conts, y), one row per sample
+    assert [b[0][0] for b in cs['gpu_pandas']['batch']] == [b[0][0] for b in cs['stock_shuffle']['batch']]
+    cudf = cs['gpu_cudf']
+    assert cudf['status'] in ('ok', 'skipped') and (cudf['status'] == 'ok' or cudf['reason'])
+    if not cudf_available(): assert cudf['status'] == 'skipped'
+
+def test_ratios(bench):
+    _, res = bench
+    assert set(res['ratios']) == {'vs_stock_shuffle', 'vs_stock_weighted'}
+    for vs in res['ratios'].values():
+        assert 'gpu_pandas' in vs
+        if not cudf_available(): assert 'gpu_cudf' not in vs
+        r = vs['gpu_pandas']
+        for k in ('preprocess_speedup', 'preprocess_total_speedup', 'train_speedup', 'peak_rss_ratio'): assert r[k] > 0
+        assert sorted(r['loader_speedup'], key=int) == BS
+    nums = _numbers(res['ratios']) + _numbers(res['curve_growth'])
+    assert nums and all(math.isfinite(x) for x in nums)
+    assert all(t['value'] is None or math.isfinite(t['value']) for t in res['targets'])
+
+def test_curve(bench):
+    _, res = bench
+    pts = res['curve']['gpu_pandas']
+    assert [p['rows'] for p in pts] == [2000, 3000]
+    assert all(sorted(p['loader_ns_per_row'], key=int) == BS for p in pts)
+    g = res['curve_growth']['gpu_pandas']
+    assert {'loader_ns_per_row', 'gather_ns_per_row'} <= set(g) and sorted(g['loader_ns_per_row'], key=int) == BS
+
+def test_outputs(bench):
+    d, res = bench
+    assert (d/'results.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    txt = format_table(res)
+    assert all(n in txt for n in CONTENDERS) and 'loader speedup bs=1024' in txt
+
+def test_import_is_light():
+    "Importing the module starts nothing: no fastai, no torch, no cuDF."
+    code = 'import sys, fastai_gpu_tabular.bench; print(sorted({"torch", "fastai", "cudf"} & set(sys.modules)))'
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == '[]'
+
+def test_bad_contender():
+    with pytest.raises(SystemExit, match='unknown contender'): main(['--contenders', 'stock_nope'])
+
+def test_ratios_skip_failed():
+    ok = {'status': 'ok', 'preprocess_s': 2., 'dataloaders_s': 0., 'loader_rows_per_s': {'8': 10.},
+          'train_rows_per_s': 5., 'peak_rss_mb': 100., 'rss_increase_mb': 10., 'valid_auc': .7}
+    cs = {'stock_shuffle': ok, 'gpu_pandas': {**ok, 'preprocess_s': 1., 'loader_rows_per_s': {'8': 40.}},
+          'gpu_cudf': {'status': 'failed', 'reason': 'boom'}}
+    r = compute_ratios(cs)['vs_stock_shuffle']
+    assert set(r) == {'gpu_pandas'}
+    assert r['gpu_pandas']['preprocess_speedup'] == 2. and r['gpu_pandas']['loader_speedup'] == {'8': 4.}
+    assert r['gpu_pandas']['rss_increase_ratio'] is None   # too small an increase to divide by
+
+class _FakeDL:
+    "A loader of `n` one-row batches."
+    def __init__(self, n): self.n = n
+    def __len__(self): return self.n
+    def __iter__(self):
+        import torch
+        return iter([(torch.zeros(1, 2),)] * self.n)
+
+def test_time_loader_cap():
+    "Past `max_s` the epoch is cut short, flagged as capped, and its rows/s extrapolated to the whole epoch."
+    d = time_loader(_FakeDL(50), epochs=2, warmup=1, max_s=0.)
+    assert d['capped'] and d['method'] == 'extrapolated' and d['epochs'] == 0 and d['rows_per_s'] > 0
+    d = time_loader(_FakeDL(50), epochs=2, warmup=1)
+    assert not d['capped'] and d['method'] == 'full_epochs_best' and d['epochs'] == 2 and d['rows'] == 100
+    assert d['rows_per_s'] == max(d['epoch_rows_per_s'])
