@@ -68,7 +68,7 @@ def to_category(col):
     values are sorted as a NumPy unicode array, in C (code-point order, Python's), not by comparing Python objects."""
     if is_cudf(col) or col.dtype != object: return col.astype('category')
     codes, uniq = pd.factorize(col, sort=False)
-    if not len(uniq) or not all(isinstance(v, str) for v in uniq): return col.astype('category')
+    if pd.api.types.infer_dtype(uniq, skipna=False) != 'string': return col.astype('category')
     order = np.argsort(np.asarray(uniq, dtype=str), kind='stable')
     rank = np.empty(len(order), np.intp)
     rank[order] = np.arange(len(order))

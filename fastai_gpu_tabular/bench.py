@@ -37,7 +37,7 @@ from pathlib import Path
 
 __all__ = ['CONTENDERS', 'SCHEMA_VERSION', 'hardware', 'versions', 'git_state', 'RSSMeter', 'time_loader', 'bare_epoch',
            'gather_bandwidth', 'run_contender', 'compute_ratios', 'check_targets', 'format_table', 'plot_ratios',
-           'run_bench', 'main']
+           'run_bench', 'embedding_suite', 'multi_hot_suite', 'main']
 
 CONTENDERS = ('stock_weighted', 'stock_shuffle', 'gpu_pandas', 'gpu_cudf')
 REFERENCES = ('stock_shuffle', 'stock_weighted')
@@ -751,6 +751,102 @@ def run_bench(opts) -> dict:
     meta['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
     return res
 
+# --- RecSys suites: embedding tables, multi-hot layouts ------------------------------------------------------------
+def _median_ms(ts): return round(1e3 * sorted(ts)[len(ts) // 2], 2)
+
+def embedding_suite(n_table=1_000_000, dim=32, n_small=8, bs=32768, steps=40, device='cpu', seed=0) -> dict:
+    """Dense vs sparse vs fused (vs fused sparse) tables, with a `n_table`-row table among `n_small` small ones, Adam for
+    dense parameters: optimizer step ms, optimizer state MB (allocated) and training rows/s (forward, backward, step).
+    Ids are power-law distributed, as a user table sees them: hot rows recur, most of the tail is never touched."""
+    import torch
+    from fastai.optimizer import Adam
+    from .model import TabularModelGPU
+    from .optimizer import sparse_opt
+    g = torch.Generator().manual_seed(seed)
+    ids = (torch.rand(steps, bs, generator=g) ** 3 * n_table).long().clamp(max=n_table - 1)
+    small = torch.randint(0, 1000, (steps, bs, n_small), generator=g)
+    x_cont, y = torch.randn(steps, bs, 13, generator=g), torch.randint(0, 2, (steps, bs), generator=g)
+    emb, res = [(n_table, dim)] + [(1000, dim)] * n_small, {}
+    for config in ('dense', 'sparse', 'fused', 'fused_sparse'):
+        torch.manual_seed(seed)
+        sparse = {'sparse': (0,), 'fused_sparse': tuple(range(len(emb)))}.get(config, ())
+        model = TabularModelGPU(emb, 13, 2, [256, 128], sparse=sparse, fused=config.startswith('fused')).to(device)
+        opt = (sparse_opt(Adam) if sparse else Adam)(list(model.parameters()), lr=1e-3)
+        t_step, t_all = [], []
+        for i in range(steps):
+            x_cat = torch.cat([ids[i, :, None], small[i]], 1).to(device)
+            t0 = time.perf_counter()
+            torch.nn.functional.cross_entropy(model(x_cat, x_cont[i].to(device)), y[i].to(device)).backward()
+            _sync(device); t1 = time.perf_counter()
+            opt.step(); opt.zero_grad()
+            _sync(device); t2 = time.perf_counter()
+            if i >= 5: t_step.append(t2 - t1); t_all.append(t2 - t0)   # after the sparse state's first growth
+        state = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
+                    if isinstance(v, torch.Tensor))
+        res[config] = dict(step_ms=_median_ms(t_step), rows_per_s=round(bs / (sorted(t_all)[len(t_all) // 2])),
+                           opt_state_mb=round(state / _MB, 1), table_mb=round(n_table * dim * 4 / _MB, 1))
+    return res
+
+def _list_lengths(kind, n, rng):
+    if kind == 'genres': return rng.choice([1, 2, 3, 4, 5, 6], n, p=[.32, .36, .2, .08, .03, .01])   # MovieLens-like
+    return rng.zipf(1.8, n).clip(max=100)   # a long tail: tags, items in a session
+
+def multi_hot_suite(n=400_000, bs=32768, vocab=1000, dim=16, reps=3, device='cpu', seed=0) -> dict:
+    """A multi-hot column as a padded block (this package's layout) or as values+offsets: per-batch gather ms, embedding
+    bag forward+backward ms (padded: the model's `bag_lookup`; ragged: `embedding_bag` with offsets), and memory."""
+    import numpy as np, torch, torch.nn.functional as F
+    from .backend import pad_bags
+    from .model import bag_lookup
+    res = {}
+    for kind in ('genres', 'long_tail'):
+        lens = torch.as_tensor(_list_lengths(kind, n, np.random.default_rng(seed)), device=device)
+        vals = torch.randint(0, vocab, (int(lens.sum()),), dtype=torch.int32, device=device)
+        starts = torch.cumsum(lens, 0) - lens
+        padded = pad_bags(vals, lens, int(lens.max()))
+        w = torch.randn(vocab, dim, device=device, requires_grad=True)
+        def ragged(idx):
+            l = lens[idx]
+            off = torch.cumsum(l, 0) - l
+            return vals[torch.repeat_interleave(starts[idx] - off, l) + torch.arange(int(l.sum()), device=device)], off
+        layouts = {'padded': (lambda idx: padded.index_select(0, idx), lambda c: bag_lookup(c, w)),
+                   'values_offsets': (ragged, lambda vo: F.embedding_bag(vo[0], w, vo[1], mode='mean'))}
+        r = {'mean_len': round(lens.float().mean().item(), 2), 'max_len': int(lens.max())}
+        for name,(gather,bag) in layouts.items():
+            tg, tb = [], []
+            for _ in range(reps):
+                perm = torch.randperm(n, device=device)
+                for i in range(0, n - bs + 1, bs):
+                    t0 = time.perf_counter(); b = gather(perm[i:i+bs]); _sync(device)
+                    t1 = time.perf_counter(); bag(b).sum().backward(); _sync(device)
+                    tg.append(t1 - t0); tb.append(time.perf_counter() - t1)
+            mem = padded.numel() * 4 if name == 'padded' else (vals.numel() + 2 * n) * 4
+            r[name] = dict(gather_ms=_median_ms(tg), bag_fwd_bwd_ms=_median_ms(tb), memory_mb=round(mem / _MB, 1))
+        res[kind] = r
+    return res
+
+def run_suite(opts) -> dict:
+    "One of the RecSys suites, with the machine and versions."
+    import torch
+    if opts.threads: torch.set_num_threads(opts.threads)
+    t0 = time.perf_counter()
+    res = (embedding_suite(device=opts.device, seed=opts.seed) if opts.suite == 'embeddings'
+           else multi_hot_suite(device=opts.device, seed=opts.seed))
+    meta = {'schema_version': SCHEMA_VERSION, 'suite': opts.suite, 'hardware': hardware(opts.device),
+            'versions': versions(), 'timestamp': datetime.now(UTC).isoformat(timespec='seconds'),
+            'command': ' '.join(['python -m fastai_gpu_tabular.bench'] + [shlex.quote(a) for a in opts.argv]),
+            'wall_s': round(time.perf_counter() - t0, 1), 'torch_threads': torch.get_num_threads()}
+    return {'meta': meta, opts.suite: res}
+
+def format_suite(res) -> str:
+    "The suite's results as a table."
+    suite = res['meta']['suite']
+    if suite == 'embeddings':
+        rows = [[k, v['step_ms'], f"{v['rows_per_s']:,}", v['opt_state_mb'], v['table_mb']] for k,v in res[suite].items()]
+        return _table(['tables', 'optimizer step ms', 'train rows/s', 'optimizer state MB', 'big table MB'], rows)
+    rows = [[kind, f"{r['mean_len']} / {r['max_len']}", name, r[name]['gather_ms'], r[name]['bag_fwd_bwd_ms'],
+             r[name]['memory_mb']] for kind,r in res[suite].items() for name in ('padded', 'values_offsets')]
+    return _table(['lists', 'mean / max length', 'layout', 'gather ms', 'bag fwd+bwd ms', 'memory MB'], rows)
+
 def _ints(s): return [int(float(x)) for x in s.split(',') if x]
 
 def _names(s): return [x for x in s.split(',') if x]
@@ -797,6 +893,8 @@ def _parser():
     a('--threads', type=int, default=None, help="torch's CPU threads in every contender (default: torch's choice); "
       '1 is steadier on a machine other jobs share')
     a('--timeout', type=float, default=3600., help='seconds before a contender is killed (then: failed)')
+    a('--suite', choices=['fastai', 'embeddings', 'multi_hot'], default='fastai', help='fastai: the contenders above; '
+      'embeddings: dense vs sparse vs fused tables (a 1M-row one); multi_hot: padded vs values+offsets layouts')
     a('--worker', default=None, help=argparse.SUPPRESS)
     a('--worker-dir', default=None, help=argparse.SUPPRESS)
     return p
@@ -806,6 +904,13 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     opts = _parser().parse_args(argv)
     if opts.worker: return _worker(opts.worker, opts.worker_dir)
+    if opts.suite != 'fastai':
+        opts.argv = argv
+        res = run_suite(opts)
+        Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts.out).write_text(json.dumps(res, indent=1, default=str))
+        print(format_suite(res))
+        return res
     bad = [c for c in opts.contenders + (opts.curve_contenders or []) if c not in CONTENDERS]
     if bad: raise SystemExit(f'unknown contender(s) {bad}: pick from {",".join(CONTENDERS)}')
     if opts.device == 'cuda':

@@ -112,3 +112,21 @@ def test_time_loader_cap():
     d = time_loader(_FakeDL(50), epochs=2, warmup=1)
     assert not d['capped'] and d['method'] == 'full_epochs_best' and d['epochs'] == 2 and d['rows'] == 100
     assert d['rows_per_s'] == max(d['epoch_rows_per_s'])
+
+def test_embedding_suite_small():
+    "Every table config runs; the sparse state covers the rows touched, so it is smaller than Adam's dense moments."
+    from fastai_gpu_tabular.bench import embedding_suite
+    res = embedding_suite(n_table=20_000, dim=8, n_small=2, bs=256, steps=8)
+    assert set(res) == {'dense', 'sparse', 'fused', 'fused_sparse'}
+    for v in res.values(): assert v['step_ms'] > 0 and v['rows_per_s'] > 0 and v['table_mb'] > 0
+    assert res['sparse']['opt_state_mb'] < res['dense']['opt_state_mb']
+    assert res['fused']['opt_state_mb'] == res['dense']['opt_state_mb']      # fusing changes no parameter count
+
+def test_multi_hot_suite_small():
+    from fastai_gpu_tabular.bench import multi_hot_suite
+    res = multi_hot_suite(n=3000, bs=512, vocab=50, dim=4, reps=1)
+    for kind in ('genres', 'long_tail'):
+        r = res[kind]
+        assert r['max_len'] >= r['mean_len'] > 1
+        assert r['padded']['memory_mb'] > 0 and r['values_offsets']['gather_ms'] > 0
+    assert res['long_tail']['padded']['memory_mb'] > res['long_tail']['values_offsets']['memory_mb']
