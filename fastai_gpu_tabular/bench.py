@@ -783,8 +783,10 @@ def embedding_suite(n_table=1_000_000, dim=32, n_small=8, bs=32768, steps=40, de
             if i >= 5: t_step.append(t2 - t1); t_all.append(t2 - t0)   # after the sparse state's first growth
         state = sum(v.numel() * v.element_size() for st in opt.state.values() for v in st.values()
                     if isinstance(v, torch.Tensor))
+        big = opt.state[model.fused.weights[-1] if config.startswith('fused') else model.embeds[0].weight]
         res[config] = dict(step_ms=_median_ms(t_step), rows_per_s=round(bs / (sorted(t_all)[len(t_all) // 2])),
-                           opt_state_mb=round(state / _MB, 1), table_mb=round(n_table * dim * 4 / _MB, 1))
+                           opt_state_mb=round(state / _MB, 1), table_mb=round(n_table * dim * 4 / _MB, 1),
+                           rows_with_state=big.get('n', n_table + (n_small * 1000 + 1 if config.startswith('fused') else 0)))
     return res
 
 def _list_lengths(kind, n, rng):
@@ -841,8 +843,10 @@ def format_suite(res) -> str:
     "The suite's results as a table."
     suite = res['meta']['suite']
     if suite == 'embeddings':
-        rows = [[k, v['step_ms'], f"{v['rows_per_s']:,}", v['opt_state_mb'], v['table_mb']] for k,v in res[suite].items()]
-        return _table(['tables', 'optimizer step ms', 'train rows/s', 'optimizer state MB', 'big table MB'], rows)
+        rows = [[k, v['step_ms'], f"{v['rows_per_s']:,}", v['opt_state_mb'], v['table_mb'], f"{v['rows_with_state']:,}"]
+                for k,v in res[suite].items()]
+        return _table(['tables', 'optimizer step ms', 'train rows/s', 'optimizer state MB', 'big table MB',
+                       'big table rows with state'], rows)
     rows = [[kind, f"{r['mean_len']} / {r['max_len']}", name, r[name]['gather_ms'], r[name]['bag_fwd_bwd_ms'],
              r[name]['memory_mb']] for kind,r in res[suite].items() for name in ('padded', 'values_offsets')]
     return _table(['lists', 'mean / max length', 'layout', 'gather ms', 'bag fwd+bwd ms', 'memory MB'], rows)

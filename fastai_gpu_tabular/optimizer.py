@@ -245,23 +245,23 @@ def warmup_pct(
 def sparse_adam_step(p, grad, state:dict, lr:float, mom:float=0.9, sqr_mom:float=0.99, eps:float=1e-8):
     """`torch.optim.SparseAdam`'s update of the rows of `p` in the sparse `grad` (same moments and bias correction),
     with moments kept for the rows ever touched only: `state['slot']` maps a row to its moments (-1: none yet, 4 bytes
-    a row), `exp_avg`/`exp_avg_sq` grow by doubling, and `state['n']` rows of them are used. A step costs the rows in
-    `grad`, not the table. New rows need their count on the host: one sync per step and table on CUDA."""
+    a row), `exp_avg`/`exp_avg_sq` grow by half (never past the table), and `state['n']` rows of them are used. A step
+    costs the rows in `grad`, not the table. New rows need their count on the host: one sync per step and table on CUDA."""
     g = grad.coalesce()
     rows,vals = g.indices()[0],g.values()
     if 'slot' not in state:
-        state.update(slot=torch.full((p.shape[0],), -1, dtype=torch.int64, device=p.device), n=0, step=0,
+        state.update(slot=torch.full((p.shape[0],), -1, dtype=torch.int32, device=p.device), n=0, step=0,
                      exp_avg=vals.new_zeros((0, *vals.shape[1:])), exp_avg_sq=vals.new_zeros((0, *vals.shape[1:])))
     state['step'] += 1
     pos = state['slot'][rows]
     new = rows[pos < 0]
-    if len(new):   # rows seen for the first time get the next slots; storage doubles when full
-        n,k = state['n'],len(new)
-        if n + k > len(state['exp_avg']):
-            grow = max(n + k, 2 * len(state['exp_avg'])) - len(state['exp_avg'])
+    if len(new):   # rows seen for the first time get the next slots; storage grows by half when full
+        n,k,cap = state['n'],len(new),len(state['exp_avg'])
+        if n + k > cap:
+            grow = max(n + k, min(cap * 3 // 2, p.shape[0])) - cap
             for key in ('exp_avg', 'exp_avg_sq'):
                 state[key] = torch.cat([state[key], state[key].new_zeros((grow, *state[key].shape[1:]))])
-        state['slot'][new] = torch.arange(n, n + k, device=rows.device)
+        state['slot'][new] = torch.arange(n, n + k, dtype=torch.int32, device=rows.device)
         state['n'] = n + k
         pos = state['slot'][rows]
     m,v = state['exp_avg'],state['exp_avg_sq']

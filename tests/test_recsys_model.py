@@ -37,7 +37,7 @@ def test_sparse_adam_step_is_torch_sparse_adam():
     torch.testing.assert_close(ours.weight, ref.weight, atol=1e-6, rtol=1e-5)
     # moments are kept for the rows touched so far, not the table (storage at most doubles that)
     touched = (state['slot'] >= 0).sum().item()
-    assert touched == state['n'] < 500 and state['n'] <= len(state['exp_avg']) <= 2 * state['n']
+    assert touched == state['n'] < 500 and state['n'] <= len(state['exp_avg']) <= 1.5 * state['n'] + 1
     assert sorted(state['slot'][state['slot'] >= 0].tolist()) == list(range(state['n']))
 
 def test_sparse_columns():
@@ -58,7 +58,7 @@ def test_sparse_and_dense_reach_comparable_loss(dls):
     assert abs(s - d) / d < 0.03, (s, d)
     # the sparse state is the touched rows only, far smaller than Adam's two dense moments
     st = sparse.opt.state[emb[1].weight]
-    assert st['n'] == (st['slot'] >= 0).sum() <= emb[1].weight.shape[0] and len(st['exp_avg']) <= 2 * st['n']
+    assert st['n'] == (st['slot'] >= 0).sum() and len(st['exp_avg']) <= min(1.5 * st['n'] + 1, emb[1].weight.shape[0])
 
 def test_sparse_with_lamb_and_lr_mult(dls):
     "Dense params step with our LAMB; `sparse_lr_mult=0` freezes the sparse tables while the rest trains."
