@@ -5,8 +5,9 @@ import functools, os
 import numpy as np, pandas as pd, torch
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
-           'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques', 'encode_codes',
-           'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings', 'split_lists', 'explode_lists', 'pad_bags']
+           'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques',
+           'encode_codes', 'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings',
+           'split_lists', 'explode_lists', 'pad_bags']
 
 # cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.
 @functools.cache

@@ -40,7 +40,7 @@ class TabularGPU(Tabular):
         df = to_backend(df, backend)
         # copies: FillMissing appends `_na` names, and fastai's would land in the caller's own list
         cat_names,cont_names,y_names = L(cat_names).copy(),L(cont_names).copy(),L(y_names).copy()
-        self._check_names(df, cat_names, cont_names, y_names, procs, do_setup)
+        self._check_names(df, cat_names, cont_names, y_names, do_setup)
         order = _row_order(splits, len(df))
         self.multi_hot = self._multi_hot(df, cat_names, multi_hot)
         # fastai's df_shrink (when reduce_memory): numbers downcast, object/str cat columns cast to category over all
@@ -67,7 +67,7 @@ class TabularGPU(Tabular):
         if do_setup: self.setup()
 
     @staticmethod
-    def _check_names(df, cat_names, cont_names, y_names, procs, do_setup):
+    def _check_names(df, cat_names, cont_names, y_names, do_setup):
         "Fail fast, naming the columns, before any copy or proc runs."
         if do_setup and len(df) == 0: raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
         for kind,names in (('cat', cat_names), ('cont', cont_names), ('y', y_names)):
@@ -212,7 +212,7 @@ class TabularGPU(Tabular):
 
     @property
     def bag_widths(self) -> dict:
-        "{name: slots} of the multi-hot columns in the packed `cats` (learned by Categorify: the longest list)."
+        "{name: slots} of the multi-hot columns in the packed `cats` (learned by Categorify, see `bag_width`)."
         return {n: w for n,w in (getattr(self.procs, 'multi_hot_lens', None) or {}).items() if n in self.multi_hot}
 
     def cat_widths(self) -> list:

@@ -8,7 +8,7 @@ from fastcore.basics import store_attr
 from fastcore.foundation import L
 from fastai.data.transforms import Categorize, CategoryMap, Normalize
 from fastai.tabular import core as fatc
-from fastai.tabular.core import FillMissing, FillStrategy
+from fastai.tabular.core import FillMissing, FillStrategy, Tabular
 
 from .backend import encode_codes, explode_lists, host_scalar, is_cudf, sorted_uniques, take_values, to_host
 
@@ -28,6 +28,12 @@ class Categorify(fatc.Categorify):
                                                                          else {'max_bag': max_bag}).items()):
             if v is not None and (int(v) != v or v < 1): raise ValueError(f"{k} must be a positive integer, got {v!r}")
         store_attr()
+
+    def setups(self, to:Tabular):
+        "On other Tabulars (fastai's TabularPandas) it is fastai's Categorify, which has none of these options."
+        if self.min_freq or self.max_vocab or self.max_bag:
+            raise TypeError(f"Categorify(min_freq, max_vocab, max_bag) needs a TabularGPU, not a {type(to).__name__}")
+        return fatc.Categorify.setups(self, to)
 
 def category_map(values:list, add_na=True) -> CategoryMap:
     "A fastai `CategoryMap` from values already unique and ordered (its own `__init__` loops over the column in Python)."
@@ -59,10 +65,9 @@ def bag_width(lens, name, max_bag=None) -> int:
     """Slots for a multi-hot column with lists of `lens` elements: `max_bag`, else the longest list, unless it is over
     4x the 99th percentile (a long tail: padding to it would cost memory and lookups for almost nothing), then that
     percentile, with a warning saying how many rows lose elements."""
-    xp = np if isinstance(lens, np.ndarray) else __import__('cupy')
     longest = max(int(lens.max()), 1)
-    if max_bag is None:
-        p99 = max(int(np.ceil(float(xp.quantile(lens, 0.99)))), 1)
+    if max_bag is None:   # np.quantile runs CuPy's on a CuPy array
+        p99 = max(int(np.ceil(float(np.quantile(lens, 0.99)))), 1)
         if longest <= 4 * p99: return longest
         max_bag = p99
     if max_bag < longest:

@@ -145,3 +145,13 @@ def test_bag_width_caps_long_tails(ml):
     # through Categorify, per column
     to = build(ml, procs=[Categorify(max_bag={'genres': 4}), FillMissing, Normalize])
     assert to.bag_widths == {'genres': 4} and to.packed()[0].shape[1] == 3 + 4
+
+def test_options_refused_on_tabular_pandas(ml):
+    "With fastai's TabularPandas our Categorify is fastai's: its options would be ignored, so they are refused."
+    from fastai.tabular.all import TabularPandas
+    kw = dict(cat_names=['userId', 'movieId'], cont_names=['year'], y_names='liked')
+    ref = TabularPandas(ml.iloc[:2000], procs=[Categorify, FillMissing], **kw)
+    plain = TabularPandas(ml.iloc[:2000], procs=[Categorify(), FillMissing], **kw)
+    assert list(plain.classes['movieId']) == list(ref.classes['movieId'])
+    with pytest.raises(TypeError, match=r'needs a TabularGPU, not a TabularPandas'):
+        TabularPandas(ml.iloc[:2000], procs=[Categorify(min_freq=3), FillMissing], **kw)
