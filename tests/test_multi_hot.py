@@ -142,9 +142,11 @@ def test_bag_width_caps_long_tails(ml):
         assert bag_width(tail, 'tags') == 3
     assert bag_width(tail, 'tags', max_bag=200) == 100
     with pytest.warns(UserWarning, match='padding to 2 slots'): assert bag_width(tail, 'tags', max_bag=2) == 2
-    # through Categorify, per column
-    to = build(ml, procs=[Categorify(max_bag={'genres': 4}), FillMissing, Normalize])
-    assert to.bag_widths == {'genres': 4} and to.packed()[0].shape[1] == 3 + 4
+    # through Categorify, per column; packing says what it cut too
+    with pytest.warns(UserWarning, match=r"'genres': padding to 4 slots, so \d+ of 100004 rows"):
+        to = build(ml, procs=[Categorify(max_bag={'genres': 4}), FillMissing, Normalize])
+    with pytest.warns(UserWarning, match=r"'genres' has lists of up to 10 elements, more than the 4"):
+        assert to.bag_widths == {'genres': 4} and to.packed()[0].shape[1] == 3 + 4
 
 def test_options_refused_on_tabular_pandas(ml):
     "With fastai's TabularPandas our Categorify is fastai's: its options would be ignored, so they are refused."
