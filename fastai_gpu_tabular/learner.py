@@ -10,6 +10,7 @@ from fastai.tabular.model import get_emb_sz, tabular_config
 from fastai.data.transforms import get_c
 
 from .model import TabularModelGPU
+from .optimizer import sparse_opt
 
 __all__ = ['tabular_learner', 'sparse_columns']
 
@@ -40,12 +41,11 @@ def tabular_learner(dls, layers:list=None, emb_szs:dict|int=None, config:dict=No
     if n_out is None: n_out = get_c(dls)
     assert n_out, "`n_out` is not defined, and could not be inferred from data, set `dls.c` or pass `n_out`"
     if y_range is None and 'y_range' in config: y_range = config.pop('y_range')
-    bags = {i: w for i,(n,w) in enumerate(zip(to.cat_names, getattr(to, 'cat_widths', lambda: [])())) if n in getattr(to, 'bag_widths', {})}
+    widths = getattr(to, 'bag_widths', {})   # the multi-hot columns (a TabularGPU's; none for TabularPandas)
+    bags = {i: widths[n] for i,n in enumerate(to.cat_names) if n in widths}
     sparse = sparse_columns(to, sparse)
     if fused and sparse: sparse = list(range(len(to.cat_names)))   # one weight: all sparse
     model = TabularModelGPU(emb_szs, len(dls.cont_names), n_out, layers, y_range=y_range, bags=bags, sparse=sparse,
                             fused=fused, bag_mode=bag_mode, **config)
-    if sparse:
-        from .optimizer import sparse_opt
-        kwargs['opt_func'] = sparse_opt(kwargs.get('opt_func', Adam), sparse_lr_mult=sparse_lr_mult)
+    if sparse: kwargs['opt_func'] = sparse_opt(kwargs.get('opt_func', Adam), sparse_lr_mult=sparse_lr_mult)
     return TabularLearner(dls, model, **kwargs)

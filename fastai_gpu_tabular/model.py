@@ -70,7 +70,8 @@ class FusedEmbedding(Module):
             bs,n = slots.shape
             idx = torch.where(slots >= 0, slots + getattr(self, f'offs{g}'), grp['pad']).flatten()
             offsets = (torch.arange(bs, device=x_cat.device)[:, None] * n + getattr(self, f'firsts{g}')).flatten()
-            out = F.embedding_bag(idx, w, offsets.to(idx.dtype), mode=self.mode, sparse=self.sparse, padding_idx=grp['pad'])
+            out = F.embedding_bag(idx, w, offsets.to(idx.dtype), mode=self.mode, sparse=self.sparse,
+                                  padding_idx=grp['pad'])
             outs.append(out.view(bs, -1))
         x = torch.cat(outs, 1) if len(outs) > 1 else outs[0]
         return x if self.in_order else x[:, self.perm]
@@ -106,12 +107,11 @@ class TabularModelGPU(TabularModel):
             self.fused = None
             self.embeds = nn.ModuleList([_Bag(ni, nf, bag_mode, sparse=i in self.sparse) if i in self.bags
                                          else _embedding(ni, nf, sparse=i in self.sparse) for i,(ni,nf) in enumerate(emb_szs)])
-        self.simple = not fused and not self.bags
 
     def embed(self, x_cat):
         "The concatenated embeddings of every cat column, in column order."
         if self.fused is not None: return self.fused(x_cat)
-        if self.simple: return torch.cat([e(x_cat[:, i]) for i,e in enumerate(self.embeds)], 1)
+        if not self.bags: return torch.cat([e(x_cat[:, i]) for i,e in enumerate(self.embeds)], 1)   # fastai's loop
         outs,j = [],0
         for e,w in zip(self.embeds, self.widths):
             outs.append(e(x_cat[:, j:j+w]) if isinstance(e, _Bag) else e(x_cat[:, j]))
