@@ -179,9 +179,8 @@ def explode_lists(col):
         xp = _cupy()
     else:
         xp, vals = np, col.to_numpy()
-        is_list = np.fromiter((isinstance(v, (list, tuple, np.ndarray)) for v in vals), bool, len(vals))
-        lens = np.fromiter((len(v) if l else 0 for v,l in zip(vals, is_list)), np.int64, len(vals))
-        nulls = ~is_list
+        lens = np.fromiter((len(v) if isinstance(v, (list, tuple, np.ndarray)) else -1 for v in vals), np.int64, len(vals))
+        nulls = lens < 0   # not a list: null, or an error below
         bad = [v for v in vals[nulls][:50] if not pd.isna(v)]
         if bad: raise TypeError(f"multi-hot column {col.name!r} holds {type(bad[0]).__name__} values, not lists: "
                                 "give its separator, e.g. multi_hot={%r: '|'}" % col.name)

@@ -147,15 +147,13 @@ class TabularGPU(Tabular):
         if not all_col: cols = [c for c in cols if c in self.items.columns]
         for c in cols: self.set_col(c, f(self.items[c]))
 
-    def setup(self):
+    def _before_procs(self):
+        "NaN that no FillMissing will fill fails here, before any proc runs; and the packed rows are about to go stale."
         if not self._has(FillMissing): fill_nan_check(self, None)
         self._packed = {}
-        self.procs.setup(self)
 
-    def process(self):
-        if not self._has(FillMissing): fill_nan_check(self, None)
-        self._packed = {}
-        self.procs(self)
+    def setup(self): self._before_procs(); self.procs.setup(self)
+    def process(self): self._before_procs(); self.procs(self)
 
     def _has(self, tfm_type): return any(isinstance(t, tfm_type) for t in self.procs.fs)
 

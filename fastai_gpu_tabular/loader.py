@@ -9,11 +9,17 @@ from fastai.tabular.core import ReadTabBatch, TabDataLoader, Tabular
 from fastai.tabular.data import TabularDataLoaders
 from fastai.torch_core import to_np
 
+from .backend import require_cudf
+
 __all__ = ['BatchDataLoader', 'BatchDataLoaders', 'ReadTabBatchGPU', 'unpack_rows']
 
 def unpack_rows(rows, layout) -> tuple:
     "Views `(cats, conts[, ys])` of packed int32 `rows`: each `(start, stop, dtype)` of `layout`, reinterpreted as `dtype`."
     return tuple(rows[:, a:b] if dt == torch.int32 else rows[:, a:b].view(dt) for a,b,dt in layout)
+
+def _gather(rows, layout, idx):
+    "One gather of packed `rows` (a view when `idx` is a slice), split into `(cats, conts[, ys])` views."
+    return unpack_rows(rows[idx] if isinstance(idx, slice) else rows.index_select(0, idx), layout)
 
 class ReadTabBatchGPU(ReadTabBatch):
     "fastai's `ReadTabBatch` for batches that are already tensors: encodes passes them through"
@@ -95,12 +101,11 @@ class BatchDataLoader(TabDataLoader):
         end = n - n % self.bs if self.drop_last else n
         for i in range(0, end, self.bs): yield slice(i, min(i + self.bs, n)) if order is None else order[i:i + self.bs]
 
-    def create_batch(self, idx):
-        "One gather of the packed rows (a view when `idx` is a slice), split into `(cats, conts[, ys])` views."
-        rows,layout = self.rows
-        return unpack_rows(rows[idx] if isinstance(idx, slice) else rows.index_select(0, idx), layout)
+    def create_batch(self, idx): return _gather(*self.rows, idx)
 
-    def create_batches(self, samps): return map(self.create_batch, samps)
+    def create_batches(self, samps):
+        rows,layout = self.rows   # looked up once an epoch, not once a batch
+        for idx in samps: yield _gather(rows, layout, idx)
     def do_item(self, s): return 0 if s is None else s
     def do_batch(self, b): return self.create_batch(torch.as_tensor(b, dtype=torch.long, device=self.rows[0].device))
 
@@ -128,8 +133,5 @@ class BatchDataLoaders(TabularDataLoaders):
     @classmethod
     def from_csv(cls, csv, skipinitialspace=True, backend=None, **kwargs):
         "Create `BatchDataLoaders` from `csv`, read by cuDF when `backend='cudf'`, else by pandas"
-        if backend == 'cudf':
-            from .backend import require_cudf
-            df = require_cudf().read_csv(csv)
-        else: df = pd.read_csv(csv, skipinitialspace=skipinitialspace)
+        df = require_cudf().read_csv(csv) if backend == 'cudf' else pd.read_csv(csv, skipinitialspace=skipinitialspace)
         return cls.from_df(df, backend=backend, **kwargs)

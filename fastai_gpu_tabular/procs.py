@@ -101,10 +101,11 @@ def _categorify_setups(self, to):
     self.classes,self.multi_hot_lens = {},{}
     for n in to.cat_names:
         col = to.items[n]
-        if n in to.multi_hot:    # a vocab over the elements; the bag width from the lists of all rows
-            col, _ = explode_lists(col)
+        if n in to.multi_hot:    # a vocab over the training rows' elements; the bag width from the lists of all rows
+            elems,lens = explode_lists(to.full_items[n])
+            col = elems[elems.index < len(to.items)]   # training rows come first in the full frame
             mb = getattr(self, 'max_bag', None)
-            self.multi_hot_lens[n] = bag_width(explode_lists(to.full_items[n])[1], n, mb.get(n) if isinstance(mb, dict) else mb)
+            self.multi_hot_lens[n] = bag_width(lens, n, mb.get(n) if isinstance(mb, dict) else mb)
         # a category column's vocab is its categories (from all rows, for fastai's df_shrink cast); frequencies
         # (min_freq, max_vocab) are counted on the training rows
         values = freq_values(col, mf, mv) if mf or mv else _cat_values(col)
