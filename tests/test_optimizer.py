@@ -6,12 +6,13 @@ from pathlib import Path
 import numpy as np, pandas as pd, pytest, torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from fastai.optimizer import Lamb as FastaiLamb
+from fastai.optimizer import Adam, Lamb as FastaiLamb
 from fastai.tabular.all import (Categorify, FillMissing, Normalize, RandomSplitter, TabularModel, TabularPandas,
                                 combined_cos, norm_bias_params, range_of, tabular_learner)
 import fastai_gpu_tabular
-from fastai_gpu_tabular.optimizer import (Lamb, LambOptimizer, WDGroupsOptimWrapper, lamb, lamb_param_groups,
-                                          no_wd_params, scale_lr, torch_optimizer_lamb, warmup_pct)
+from fastai_gpu_tabular.optimizer import (ExcludeFromAdaptation, Lamb, LambOptimizer, WDGroupsOptimWrapper, lamb,
+                                          lamb_param_groups, no_wd_params, scale_lr, torch_optimizer_lamb,
+                                          warmup_pct)
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender', 'native-country']
@@ -109,6 +110,34 @@ def test_state_dict_interchangeable_with_fastai():
         torch.testing.assert_close(p, p_ref, atol=1e-6, rtol=1e-5)
         assert opt.state[p]['step'] == 6 and opt.state[p].get('do_wd', True) == opt_ref.state[p_ref].get('do_wd', True)
 
+# ---- parameters kept out of the trust ratio ------------------------------------------------------------------------
+@pytest.mark.parametrize('decouple_wd', [True, False])
+def test_excluded_params_take_fastai_adams_step(decouple_wd):
+    "`do_adapt=False` params follow fastai's Adam, the others fastai's Lamb, all in one of our optimizers."
+    batches, ref, ours = _batches(50), _tab_model(), _tab_model()
+    out = set(map(id, no_wd_params(ours)))
+    assert any(p.ndim == 2 for p in ours.embeds.parameters() if id(p) in out)   # the tables are among them
+    kw = dict(lr=1e-2, mom=0.9, sqr_mom=0.99, eps=1e-5, wd=0.1, decouple_wd=decouple_wd)
+    out_ref = set(map(id, no_wd_params(ref)))
+    refs = [Adam([p for p in ref.parameters() if id(p) in out_ref], **kw),
+            FastaiLamb([p for p in ref.parameters() if id(p) not in out_ref], **kw)]
+    opt = Lamb(list(ours.parameters()), **kw)
+    for p in no_wd_params(ours): opt.state[p]['do_adapt'] = False
+    for i,(xc,xn,y) in enumerate(batches):
+        for model,opts in ((ref, refs), (ours, [opt])):
+            for o in opts: o.set_hyper('lr', 1e-2*(1 + i%7)/4)
+            ((model(xc, xn) - y)**2).mean().backward()
+            for o in opts: o.step(); o.zero_grad()
+    for (n,p_ref),p in zip(ref.named_parameters(), ours.parameters(), strict=True):
+        torch.testing.assert_close(p, p_ref, atol=1e-5, rtol=1e-4, msg=n)
+    # and the exclusion matters at that tolerance: plain LAMB on the same batches ends elsewhere
+    lamb_all = _tab_model()
+    opt = Lamb(list(lamb_all.parameters()), **kw)
+    for i,(xc,xn,y) in enumerate(batches):
+        opt.set_hyper('lr', 1e-2*(1 + i%7)/4)
+        ((lamb_all(xc, xn) - y)**2).mean().backward(); opt.step(); opt.zero_grad()
+    assert _max_diff(lamb_all, ours) > 1e-3
+
 def _one_step(opt_func, ps, grads, **kw):
     ps = [p.clone().requires_grad_() for p in ps]
     for p,g in zip(ps, grads, strict=True): p.grad = g.clone()
@@ -161,10 +190,11 @@ class HostConversions(TorchFunctionMode):
         if getattr(func, '__name__', None) in self.names: self.seen.append(func.__name__)
         return func(*args, **(kwargs or {}))
 
-def _count_conversions(opt_func, n_steps=3):
+def _count_conversions(opt_func, n_steps=3, no_adapt=False):
     model = _tab_model()
     opt = opt_func([list(model.embeds.parameters()), list(model.layers.parameters())], lr=1e-2, wd=0.1)
     for p in norm_bias_params(model): opt.state[p]['do_wd'] = False
+    for p in (no_wd_params(model) if no_adapt else []): opt.state[p]['do_adapt'] = False
     seen = []
     for xc,xn,y in _batches(n_steps):
         ((model(xc, xn) - y)**2).mean().backward()
@@ -176,12 +206,15 @@ def _count_conversions(opt_func, n_steps=3):
 def test_no_host_conversion_in_step():
     assert _count_conversions(FastaiLamb), "the counter must see fastai's `r1 == 0` and `min(r1/r2, 10)`"
     assert _count_conversions(Lamb) == []
+    assert _count_conversions(Lamb, no_adapt=True) == []
 
 @pytest.mark.gpu
-def test_no_host_sync_in_step_cuda():
+@pytest.mark.parametrize('no_adapt', [False, True])
+def test_no_host_sync_in_step_cuda(no_adapt):
     model = _tab_model().cuda()
     opt = Lamb([list(model.embeds.parameters()), list(model.layers.parameters())], lr=1e-2, wd=0.1)
     for p in norm_bias_params(model): opt.state[p]['do_wd'] = False
+    for p in (no_wd_params(model) if no_adapt else []): opt.state[p]['do_adapt'] = False
     ref = copy.deepcopy(model).cpu()
     for xc,xn,y in _batches(3):
         ((model(xc.cuda(), xn.cuda()) - y.cuda())**2).mean().backward()
@@ -218,6 +251,29 @@ def test_lr_find(dls, tmp_path):
     assert len(learn.recorder.lrs) > 10
     # lr_find restores the model
     for p0,p in zip(before, learn.model.parameters(), strict=True): assert torch.equal(p0, p)
+
+def test_exclude_from_adaptation_callback(dls, tmp_path):
+    "The flags land on exactly `no_wd_params`, survive `clear_state` and save/load, and change training."
+    learn = _learner(dls, tmp_path, lamb(wd=0.01), cbs=ExcludeFromAdaptation())
+    learn.lr_find(num_it=10, show_plot=False)
+    learn.fit_one_cycle(1, 1e-2)
+    out = set(map(id, no_wd_params(learn.model)))
+    flags = {id(p): learn.opt.state[p].get('do_adapt', True) for p in learn.model.parameters()}
+    assert 0 < len(out) < len(flags) and {i for i,f in flags.items() if not f} == out
+    learn.opt.clear_state()
+    assert {id(p) for p in learn.model.parameters() if not learn.opt.state[p].get('do_adapt', True)} == out
+    learn.save('x', with_opt=True)
+    fresh = _learner(dls, tmp_path, lamb(wd=0.01))
+    fresh.create_opt(); fresh.load('x', with_opt=True)
+    assert [fresh.opt.state[p].get('do_adapt', True) for p in fresh.model.parameters()] == list(flags.values())
+    plain = _learner(dls, tmp_path, lamb(wd=0.01))
+    plain.lr_find(num_it=10, show_plot=False)
+    plain.fit_one_cycle(1, 1e-2)
+    assert _max_diff(plain.model, learn.model) > 1e-3
+
+def test_exclude_from_adaptation_warns_for_other_optimizers(dls, tmp_path):
+    learn = _learner(dls, tmp_path, Adam, cbs=ExcludeFromAdaptation())
+    with pytest.warns(UserWarning, match="only acts on fastai_gpu_tabular's Lamb, not Optimizer"): learn.fit(1, 1e-3)
 
 def test_save_load_keeps_optimizer_state(dls, tmp_path):
     learn = _learner(dls, tmp_path, lamb(wd=0.01))
