@@ -14,6 +14,9 @@ Large-batch recipe (what the helpers below are for):
    (for `torch_optimizer_lamb`, pass `splitter=lamb_param_groups` instead, see there).
 5. With few steps (an epoch of a few dozen 200k-row batches), keep embeddings, norms and biases out of the trust
    ratio: `cbs=ExcludeFromAdaptation()`.
+6. Scale the weight decay too: decoupled decay shrinks the weights once per step, and the large batch takes
+   `bs/ref_bs` times fewer steps an epoch. `wd = scale_wd(wd, bs, ref_bs, lr=lr, ref_lr=ref_lr)` keeps the decay
+   per epoch.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from fastai.optimizer import Adam, Optimizer, OptimWrapper
 from fastai.torch_core import norm_types, trainable_params
 
 __all__ = ['Lamb', 'lamb', 'LambOptimizer', 'lamb_foreach_step', 'no_wd_params', 'ExcludeFromAdaptation',
-           'lamb_param_groups', 'WDGroupsOptimWrapper', 'torch_optimizer_lamb', 'scale_lr', 'warmup_pct',
+           'lamb_param_groups', 'WDGroupsOptimWrapper', 'torch_optimizer_lamb', 'scale_lr', 'scale_wd', 'warmup_pct',
            'sparse_adam_step', 'sparse_opt']
 
 def _check_dense(grads):
@@ -235,6 +238,10 @@ def torch_optimizer_lamb(
     return partialler(WDGroupsOptimWrapper, opt=tlamb, weight_decay=wd, **kwargs)
 
 # Large-batch helpers
+def _check_bs(bs, ref_bs):
+    for n,v in (('bs', bs), ('ref_bs', ref_bs)):
+        if not v >= 1: raise ValueError(f"{n} must be at least 1, got {v!r}")
+
 def scale_lr(
     lr:float, # Learning rate that works at `ref_bs`
     bs:int, # Batch size to train with
@@ -243,11 +250,26 @@ def scale_lr(
 ) -> float:
     "`lr` scaled from `ref_bs` to `bs`: `lr*sqrt(bs/ref_bs)` or `lr*bs/ref_bs`, a start to check with `lr_find`"
     if rule not in ('sqrt', 'linear'): raise ValueError(f"rule must be 'sqrt' or 'linear', got {rule!r}")
-    for n,v in (('bs', bs), ('ref_bs', ref_bs)):
-        if not v >= 1: raise ValueError(f"{n} must be at least 1, got {v!r}")
+    _check_bs(bs, ref_bs)
     if not lr > 0: raise ValueError(f"lr must be positive, got {lr!r}")
     k = bs/ref_bs
     return lr * (math.sqrt(k) if rule == 'sqrt' else k)
+
+def scale_wd(
+    wd:float, # Weight decay that works at `ref_bs`
+    bs:int, # Batch size to train with
+    ref_bs:int, # Batch size `wd` was used at
+    lr:float=None, # Learning rate at `bs` (with `ref_lr`; default: the same lr at both)
+    ref_lr:float=None # Learning rate at `ref_bs`
+) -> float:
+    """`wd` scaled from `ref_bs` to `bs` so that decoupled weight decay (fastai's default) shrinks the weights as much
+    per epoch: `wd*(bs/ref_bs)*(ref_lr/lr)`. Each step multiplies them by `1-lr*wd`, and `bs` takes `ref_bs/bs` as
+    many steps an epoch."""
+    if (lr is None) != (ref_lr is None): raise ValueError("pass both lr and ref_lr, or neither")
+    _check_bs(bs, ref_bs)
+    if not wd >= 0: raise ValueError(f"wd must be non-negative, got {wd!r}")
+    if lr is not None and not (lr > 0 and ref_lr > 0): raise ValueError(f"lr and ref_lr must be positive, got {lr!r}, {ref_lr!r}")
+    return wd * bs/ref_bs * (1 if lr is None else ref_lr/lr)
 
 def warmup_pct(
     n_epoch:int, # Epochs `fit_one_cycle` will run

@@ -11,7 +11,7 @@ from fastai.tabular.all import (Categorify, FillMissing, Normalize, RandomSplitt
                                 combined_cos, norm_bias_params, range_of, tabular_learner)
 import fastai_gpu_tabular
 from fastai_gpu_tabular.optimizer import (ExcludeFromAdaptation, Lamb, LambOptimizer, WDGroupsOptimWrapper, lamb,
-                                          lamb_param_groups, no_wd_params, scale_lr, torch_optimizer_lamb,
+                                          lamb_param_groups, no_wd_params, scale_lr, scale_wd, torch_optimizer_lamb,
                                           warmup_pct)
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
@@ -386,6 +386,26 @@ def test_scale_lr():
                                       (dict(lr=0), 'lr'), (dict(lr=-1e-3), 'lr')])
 def test_scale_lr_bad_input(kw, match):
     with pytest.raises(ValueError, match=match): scale_lr(**{**dict(lr=1e-3, bs=1024, ref_bs=256), **kw})
+
+@pytest.mark.parametrize('opt_func', [Adam, lamb()])
+def test_scale_wd_keeps_the_decay_per_epoch(opt_func):
+    """An epoch of 100 steps at (ref_lr, wd) and one of 10 steps at 10x the batch, at (lr, scale_wd(...)), shrink the
+    weights alike in fastai's decoupled weight decay (zero gradients: decay only)"""
+    def epoch(n_steps, lr, wd):
+        p = nn.Parameter(torch.ones(4))
+        opt = opt_func([p], lr=lr, wd=wd)
+        for _ in range(n_steps): p.grad = torch.zeros(4); opt.step()
+        return p.detach()[0].item()
+    ref_lr, lr = 1e-2, 3e-2
+    shrink_ref, shrink = epoch(100, ref_lr, 0.1), epoch(10, lr, scale_wd(0.1, 2560, 256, lr=lr, ref_lr=ref_lr))
+    assert shrink_ref < 0.95 and shrink == pytest.approx(shrink_ref, rel=0.01)
+    assert 1 - epoch(10, lr, 0.1) < (1 - shrink_ref) / 2   # unscaled: a third of the decay (10 steps at 3x the lr)
+    assert scale_wd(0.01, 204_800, 4_096) == pytest.approx(0.5)
+
+@pytest.mark.parametrize('kw,match', [(dict(bs=0), 'bs'), (dict(wd=-0.1), 'wd'), (dict(lr=0.1), 'both'),
+                                      (dict(lr=0, ref_lr=0.1), 'positive')])
+def test_scale_wd_bad_input(kw, match):
+    with pytest.raises(ValueError, match=match): scale_wd(**{**dict(wd=0.01, bs=1024, ref_bs=256), **kw})
 
 def test_warmup_pct():
     assert warmup_pct(4, 50, 20) == pytest.approx(0.1)
