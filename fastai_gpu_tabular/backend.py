@@ -48,7 +48,8 @@ def _not_a_frame(o) -> TypeError:
     t = type(o)
     name = t.__name__ if t.__module__ == 'builtins' else f"{t.__module__.split('.')[0]}.{t.__name__}"
     if isinstance(o, dict): how = "build one with pd.DataFrame(your_dict)"
-    elif isinstance(o, (np.ndarray, list, tuple)): how = "build one with pd.DataFrame(values, columns=[...]), naming the columns"
+    elif isinstance(o, (np.ndarray, list, tuple)):
+        how = "build one with pd.DataFrame(values, columns=[...]), naming the columns"
     elif t.__module__.split('.')[0] in ('dask', 'dask_cudf', 'dask_expr'): how = "call .compute() on it first"
     elif hasattr(o, 'to_pandas'): how = "convert it with .to_pandas()"
     else: how = "load the data into one"

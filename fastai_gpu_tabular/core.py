@@ -50,13 +50,15 @@ class _TabIloc(fatc._TabIloc):
     def __getitem__(self, idxs):
         df = self.to.items
         rows,cols = idxs if isinstance(idxs, tuple) else (idxs, slice(None))
-        # named columns as positions: cuDF's `iloc` takes no boolean mask
-        if isinstance(idxs, tuple): cols = np.flatnonzero(df.columns.isin(cols)).tolist() if is_listy(cols) else df.columns.get_loc(cols)
-        if not isinstance(rows, (int, np.integer)) or not isinstance(cols, (slice, list)): return self.to.new(df.iloc[rows, cols])
+        if isinstance(idxs, tuple):   # names as positions: cuDF's `iloc` takes no boolean mask
+            cols = np.flatnonzero(df.columns.isin(cols)).tolist() if is_listy(cols) else df.columns.get_loc(cols)
+        if not isinstance(rows, (int, np.integer)) or not isinstance(cols, (slice, list)):
+            return self.to.new(df.iloc[rows, cols])
         # one row: a host Series keeping each column's own type (pandas would turn int codes into floats next to the
         # float conts; fastai's rows are object Series, from the string columns it keeps)
         one = to_pandas(df.iloc[[rows], cols])
-        return self.to.new(pd.Series([one[c].iloc[0] for c in one.columns], index=one.columns, name=one.index[0], dtype=object))
+        row = pd.Series([one[c].iloc[0] for c in one.columns], index=one.columns, name=one.index[0], dtype=object)
+        return self.to.new(row)
 
 class TabularGPU(Tabular):
     "A `Tabular` over a cuDF or pandas frame: fastai's procs run on the frame's own device, batches come from packed tensors"
@@ -65,8 +67,8 @@ class TabularGPU(Tabular):
                  backend:str|None=None, # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
                  multi_hot:dict|list|None=None): # multi-hot cat columns: {name: separator} for strings; list columns are found
         df = to_backend(df, backend)   # a TypeError for anything but a frame
-        if df.ndim != 2: raise TypeError(f"TabularGPU takes a DataFrame, not a {type(df).__name__}: use series.to_frame() "
-                                         "for a column, series.to_frame().T for a row")
+        if df.ndim != 2: raise TypeError(f"TabularGPU takes a DataFrame, not a {type(df).__name__}: use "
+                                         "series.to_frame() for a column, series.to_frame().T for a row")
         # copies: FillMissing appends `_na` names, and fastai's would land in the caller's own list
         cat_names,cont_names,y_names = L(cat_names).copy(),L(cont_names).copy(),L(y_names).copy()
         self._check_names(cat_names, cont_names, y_names)
@@ -107,8 +109,8 @@ class TabularGPU(Tabular):
 
     @staticmethod
     def _check_columns(df, cat_names, cont_names, y_names, procs, setup=True):
-        """The frame has rows and the named columns: at set-up before any copy, and in `process()` before any proc (a frame
-        given to `new` may lack some, as in fastai: `iloc[rows, cols]` makes one)."""
+        """The frame has rows and the named columns: at set-up before any copy, and before any proc runs (a frame given
+        to `new` may lack some, as in fastai: `iloc[rows, cols]` makes one)."""
         if setup and len(df) == 0: raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
         # `<cont>_na` in cat_names (an earlier TabularPandas appended it to the list) is made by FillMissing, which runs
         # before Categorify; `_check_na_names` checks it will be, once the training rows are known
@@ -200,11 +202,10 @@ class TabularGPU(Tabular):
     def _before_procs(self, setup=False):
         "Bad input fails here, naming the columns, before any proc runs; and the packed rows are about to go stale."
         self._check_columns(self.items, self.cat_names, self.cont_names, self.y_names, self.procs, setup)
-        inf = {n: k for n in self.cont_names if (k := _n_inf(self.items[n]))}
-        if inf:
-            raise ValueError("continuous column(s) hold +-inf: " + ", ".join(f"{n!r} in {k} row(s)" for n,k in inf.items())
-                             + ". Replace them with NaN, e.g. df[col].replace([np.inf, -np.inf], np.nan), for FillMissing "
-                             "to fill them (and flag them in `<col>_na`), or clip them to finite values")
+        inf = ", ".join(f"{n!r} in {k} row(s)" for n in self.cont_names if (k := _n_inf(self.items[n])))
+        if inf: raise ValueError(f"continuous column(s) hold +-inf: {inf}. Replace them with NaN, e.g. "
+                                 "df[col].replace([np.inf, -np.inf], np.nan), for FillMissing to fill them (and flag "
+                                 "them in `<col>_na`), or clip them to finite values")
         if not self._has(FillMissing): fill_nan_check(self, None)
         self._check_na_names(setup)
         self._packed = {}
@@ -216,8 +217,8 @@ class TabularGPU(Tabular):
             c = n[:-3]   # `_check_columns` let only `<cont>_na` names through, and only with such a FillMissing
             made = self.items[c].iloc[:self.split].isna().any() if setup else c in getattr(fm, 'na_dict', {c: None})
             if not made:
-                raise KeyError(f"cat_names has {n!r}, the column FillMissing adds for NaN in {c!r}, but {c!r} has no NaN in "
-                               f"the training rows, so FillMissing makes no {n!r}: remove it from cat_names")
+                raise KeyError(f"cat_names has {n!r}, the column FillMissing adds for NaN in {c!r}, but {c!r} has no "
+                               f"NaN in the training rows, so FillMissing makes no {n!r}: remove it from cat_names")
 
     def setup(self): self._before_procs(setup=True); self.procs.setup(self)
     def process(self): self._before_procs(); self.procs(self)
@@ -248,7 +249,7 @@ class TabularGPU(Tabular):
         return self.procs.decode(self)
 
     def show(self, max_n=10, **kwargs):
-        "Display the first `max_n` rows decoded (category names, de-normalised values), on the host; or the row `iloc` gave."
+        "Display the first `max_n` rows (or the row `iloc` gave) decoded: category names, de-normalised values."
         rows = self.all_cols[:max_n] if self.items.ndim == 2 else self.items.to_frame().T
         display_df(self.new(to_pandas(rows)).decode().items)
 

@@ -23,11 +23,12 @@ def _pair(df, backend, **kw):
     return build_both(df, backend, **kw)
 
 def _splits(n, seed=0): return RandomSplitter(seed=seed)(range(n))
+def _valid(to): return to.dataloaders(bs=64, shuffle=False).valid
 
 # --- 1. `<cont>_na` names already in cat_names ---------------------------------------------------------------------
 @pytest.mark.parametrize('procs', ['classes', 'instances', 'mode', 'na_first'])
 def test_na_names_from_an_earlier_tabularpandas(df, backend, procs):
-    "fastai appends `<cont>_na` to the caller's list; that list (or `to.cat_names`) works again, giving fastai's result."
+    "fastai appends `<cont>_na` to the caller's list: that list (or `to.cat_names`) works again, with fastai's result."
     make = {'classes': lambda: PROCS, 'instances': lambda: [Categorify(), FillMissing(), Normalize()],
             'mode': lambda: [Categorify, FillMissing(fill_strategy=FillStrategy.mode), Normalize],
             'na_first': lambda: PROCS}[procs]
@@ -63,7 +64,8 @@ def test_na_names_fillmissing_will_not_make(df, backend):
     splits = _splits(len(df))
     cases = [  # (cat_names, procs, frame, what our message says)
         (CATS + ['educational-num_na'], [Categorify, Normalize], df.fillna({'educational-num': 0}),
-         r"\['educational-num_na'\] are not in the frame.*would be made by FillMissing \(with add_col=True\), which procs lacks"),
+         r"\['educational-num_na'\] are not in the frame.*would be made by FillMissing \(with add_col=True\), which "
+         r"procs lacks"),
         (CATS + ['educational-num_na'], [Categorify, FillMissing(add_col=False), Normalize], df,
          r"\['educational-num_na'\] are not in the frame.*which procs lacks"),
         (CATS + ['fnlwgt_na'], PROCS, df,   # fnlwgt has no NaN: FillMissing makes no fnlwgt_na
@@ -71,11 +73,9 @@ def test_na_names_fillmissing_will_not_make(df, backend):
         (CATS + ['budget_na'], PROCS, df, r"\['budget_na'\] are not in the frame"),
         (CATS + ['educational_num'], PROCS, df, r"\['educational_num'\] are not in the frame")]
     for cats, procs, frame, msg in cases:
-        with pytest.raises(KeyError):
-            TabularPandas(frame.copy(), procs=procs, cat_names=list(cats), cont_names=CONTS, y_names='income', splits=splits)
-        with pytest.raises(KeyError, match=msg):
-            TabularGPU(to_backend(frame, backend), procs=procs, cat_names=list(cats), cont_names=CONTS, y_names='income',
-                       splits=splits)
+        kw = dict(procs=procs, cont_names=CONTS, y_names='income', splits=splits)
+        with pytest.raises(KeyError): TabularPandas(frame.copy(), cat_names=list(cats), **kw)
+        with pytest.raises(KeyError, match=msg): TabularGPU(to_backend(frame, backend), cat_names=list(cats), **kw)
     # NaN only in validation rows: fastai asserts, we name the column before any proc runs
     valid_nan = df.assign(fnlwgt=df.fnlwgt.astype(float).where(~df.index.isin(splits[1][:5])))
     with pytest.raises(AssertionError): TabularPandas(valid_nan.copy(), procs=PROCS, cat_names=CATS + ['fnlwgt_na'],
@@ -138,13 +138,14 @@ def test_inf_in_cont_fails_early(df, backend, monkeypatch):
     bad.loc[[3, 50, 77], 'fnlwgt'] = [np.inf, -np.inf, np.inf]
     splits = _splits(len(df))
     # fastai: the column's mean is inf, so Normalize turns the whole column into NaN, silently
-    ref = TabularPandas(bad.copy(), procs=PROCS, cat_names=list(CATS), cont_names=CONTS, y_names='income', splits=splits)
+    kw = dict(procs=PROCS, cont_names=CONTS, y_names='income', splits=splits)
+    ref = TabularPandas(bad.copy(), cat_names=list(CATS), **kw)
     assert ref.items['fnlwgt'].isna().all()
     msg = r"continuous column\(s\) hold \+-inf: 'fnlwgt' in 3 row\(s\)\. Replace them with NaN.*FillMissing.*or clip"
     ran = []
     monkeypatch.setattr(Categorify, 'setups', lambda self, to: ran.append(1))   # no proc may run before the error
     with pytest.raises(ValueError, match=msg):
-        TabularGPU(to_backend(bad, backend), procs=PROCS, cat_names=CATS, cont_names=CONTS, y_names='income', splits=splits)
+        TabularGPU(to_backend(bad, backend), cat_names=CATS, **kw)
     assert not ran
     monkeypatch.undo()
     # the remedy the message gives: FillMissing fills them and flags them in `fnlwgt_na`, as fastai does for NaN
@@ -176,12 +177,14 @@ def test_not_a_frame(df):
              (dd.from_pandas(df, npartitions=2), r"got dask(_expr)?\.\w+: call \.compute\(\) on it first")]
     kw = dict(procs=PROCS, cat_names=CATS, cont_names=CONTS, y_names='income')
     for o, msg in cases:
-        with pytest.raises(TypeError, match=r"Expected a pandas or cuDF DataFrame, " + msg): TabularGPU(o, **kw)
-        with pytest.raises(TypeError, match=r"Expected a pandas or cuDF DataFrame, " + msg): BatchDataLoaders.from_df(o, **kw)
+        msg = r"Expected a pandas or cuDF DataFrame, " + msg
+        with pytest.raises(TypeError, match=msg): TabularGPU(o, **kw)
+        with pytest.raises(TypeError, match=msg): BatchDataLoaders.from_df(o, **kw)
     with pytest.raises(TypeError, match=r"TabularGPU takes a DataFrame, not a Series: use series.to_frame\(\)"):
         TabularGPU(df['age'], cont_names=['age'])
     dls = TabularGPU(df, **kw, splits=_splits(len(df))).dataloaders(bs=64)
-    with pytest.raises(TypeError, match=r"got dict: build one with pd.DataFrame"): dls.test_dl(df.head().to_dict('list'))
+    with pytest.raises(TypeError, match=r"got dict: build one with pd.DataFrame"):
+        dls.test_dl(df.head().to_dict('list'))
 
 # --- 4. fastai's tabular.core notebook ------------------------------------------------------------------------------
 def test_pickle_and_all_cols(backend):
@@ -195,7 +198,8 @@ def test_pickle_and_all_cols(backend):
 def test_new_inplace_holds_frame():
     "`new(df, inplace=True)` makes no copy of the frame (fastai's notebook counts DataFrames to check it)."
     df_a, df_b = pd.DataFrame({'a': [0, 1, 2, 0, 2], 'b': [0, 0, 0, 0, 1]}), pd.DataFrame({'a': [1, 2, 0, 0, 2]})
-    ref, ours = TabularPandas(df_a.copy(), Categorify, 'a', inplace=True), TabularGPU(df_a, Categorify, 'a', inplace=True)
+    ref = TabularPandas(df_a.copy(), Categorify, 'a', inplace=True)
+    ours = TabularGPU(df_a, Categorify, 'a', inplace=True)
     r, o = ref.new(df_b.copy(), inplace=True), ours.new(df_b, inplace=True)
     assert o.items is df_b
     r.process(); o.process()
@@ -208,10 +212,12 @@ def test_categorify_vocab_codes_decode(backend, monkeypatch):
     ref, ours = TabularPandas(small.copy(), Categorify, 'a'), TabularGPU(to_backend(small, backend), Categorify, 'a')
     for to in (ref, ours):
         cat = to.procs.categorify
-        assert {k: list(v) for k,v in cat.classes.items()} == {'a': ['#na#', 0, 1, 2]} and list(cat['a']) == ['#na#', 0, 1, 2]
+        assert {k: list(v) for k,v in cat.classes.items()} == {'a': ['#na#', 0, 1, 2]}
+        assert list(cat['a']) == ['#na#', 0, 1, 2]
         assert list(to_pandas(to['a'])) == [1, 2, 3, 1, 3]
         to.show()
-        to1 = to.new(to_backend(pd.DataFrame({'a': [1, 0, 3, -1, 2]}), backend) if to is ours else pd.DataFrame({'a': [1, 0, 3, -1, 2]}))
+        new = pd.DataFrame({'a': [1, 0, 3, -1, 2]})
+        to1 = to.new(to_backend(new, backend) if to is ours else new)
         to1.process()
         assert list(to_pandas(to1['a'])) == [2, 1, 0, 0, 3]
         to2 = cat.decode(to1)
@@ -227,11 +233,13 @@ def test_categorify_with_splits(backend):
         assert list(ours.classes['a']) == list(ref.classes['a']) == ['#na#', 0, 1, 2]
         assert list(to_pandas(ours['a'])) == list(ref['a']) == [1, 2, 3, 0, 3]
 
-def test_categorify_ordered_categorical(backend):
-    "A category column keeps its categories' order (not sorted) and decodes back."
-    small = pd.DataFrame({'a': pd.Categorical(['M', 'H', 'L', 'M'], categories=['H', 'M', 'L'], ordered=True)})
+@pytest.mark.parametrize('ordered', [True, False])
+def test_categorify_category_dtype(backend, ordered):
+    "A category column keeps its categories, in their order (not sorted), unused ones too, and decodes back."
+    cats = ['H', 'M', 'L'] if ordered else ['H', 'M', 'L', 'X']
+    small = pd.DataFrame({'a': pd.Categorical(['M', 'H', 'L', 'M'], categories=cats, ordered=ordered)})
     ref, ours = build_both(small, backend, procs=[Categorify], cat_names='a')
-    assert list(ours.classes['a']) == list(ref.classes['a']) == ['#na#', 'H', 'M', 'L']
+    assert list(ours.classes['a']) == list(ref.classes['a']) == ['#na#'] + cats
     assert list(to_pandas(ours.items.a)) == list(ref.items.a) == [2, 1, 3, 2]
     assert list(to_pandas(ours.procs.categorify.decode(ours)['a'])) == list(ref.procs.categorify.decode(ref)['a'])
 
@@ -242,7 +250,8 @@ def test_categorify_with_target(backend):
                            y_names='b')
     assert list(ours.vocab) == list(ref.vocab) == ['a', 'b']
     assert list(to_pandas(ours['b'])) == list(ref['b']) == [0, 1, 0, 1, 1]
-    assert list(to_pandas(ours.procs.decode(ours)['b'])) == list(ref.procs.decode(ref)['b']) == ['a', 'b', 'a', 'b', 'b']
+    decoded = list(ref.procs.decode(ref)['b'])
+    assert list(to_pandas(ours.procs.decode(ours)['b'])) == decoded == ['a', 'b', 'a', 'b', 'b']
 
 def test_target_label_only_in_validation(backend):
     "Deliberate difference (README): fastai codes a label unseen in training as a class the model lacks; we refuse."
@@ -257,7 +266,8 @@ def test_procs_hold_no_data(df):
     ref, ours = _pair(df, 'pandas', splits=_splits(len(df)))
     for to in (ref, ours):
         for p in (to.procs.categorify, to.procs.fill_missing, to.procs.normalize):
-            assert not hasattr(p, 'to') and not any(isinstance(v, (pd.DataFrame, TabularPandas, TabularGPU)) for v in vars(p).values())
+            assert not hasattr(p, 'to')
+            assert not any(isinstance(v, (pd.DataFrame, TabularPandas, TabularGPU)) for v in vars(p).values())
         assert len(pickle.dumps(to.procs)) < 20_000      # vocabularies and stats only, not the 5,000 rows
 
 @pytest.mark.parametrize('splits', [None, [[0, 1, 2], [3, 4]]])
@@ -274,12 +284,15 @@ def test_normalize(backend, splits):
     np.testing.assert_allclose(to_pandas(to1['a']).values, r1['a'].values, rtol=1e-6)
     np.testing.assert_allclose(to_pandas(ours.procs.normalize.decode(to1)['a']).values, [5, 6, 7], rtol=1e-6)
 
-@pytest.mark.parametrize('strategy', [FillStrategy.median, FillStrategy.constant, FillStrategy.mode])
+@pytest.mark.parametrize('strategy', [FillStrategy.median, FillStrategy.constant, FillStrategy.mode, 'fill_vals'])
 def test_fill_missing_strategies(backend, strategy):
-    "The notebook's frame: fill values, `a_na` added to cat_names, a column without NaN left alone."
+    "The notebook's frame: fill values (and `fill_vals`), `a_na` added to cat_names, a column without NaN left alone."
     small = pd.DataFrame({'a': [0, 1, np.nan, 1, 2, 3, 4], 'b': [0, 1, 2, 3, 4, 5, 6]})
-    ref, ours = build_both(small, backend, procs=lambda: [FillMissing(fill_strategy=strategy)], cont_names=['a', 'b'])
-    assert ours.na_dict == ref.na_dict == {'a': {'median': 1.5, 'constant': 0, 'mode': 1.0}[strategy.__name__]}
+    kw = dict(fill_strategy=FillStrategy.constant, fill_vals=defaultdict(int, a=-7)) if strategy == 'fill_vals' else \
+         dict(fill_strategy=strategy)
+    ref, ours = build_both(small, backend, procs=lambda: [FillMissing(**kw)], cont_names=['a', 'b'])
+    expected = {'median': 1.5, 'constant': 0, 'mode': 1.0}.get(getattr(strategy, '__name__', None), -7)
+    assert ours.na_dict == ref.na_dict == {'a': expected} and ours.fill_strategy == ref.fill_strategy
     assert list(ours.cat_names) == list(ref.cat_names) == ['a_na']
     assert_same_values(ours.items, ref.items, ['a', 'b', 'a_na'])
     assert list(to_pandas(ours['a_na'])) == [False, False, True, False, False, False, False]
@@ -307,7 +320,7 @@ def test_show_decode_row_and_new_test_set(df, backend, monkeypatch):
     ref.show(); ours.show()
     assert_same_values(shown[1], shown[0], names + ['income'])
     dec_r, dec_o = ref.decode_row(ref.items.iloc[0]), ours.decode_row(to_pandas(ours.items).iloc[0])
-    for n in names + ['income']: assert dec_o[n] == pytest.approx(dec_r[n], rel=1e-6) if n in CONTS else dec_o[n] == dec_r[n]
+    for n in names + ['income']: assert dec_o[n] == (pytest.approx(dec_r[n], rel=1e-6) if n in CONTS else dec_r[n])
     tst_r, tst_o = ref.new(test.copy()), ours.new(to_backend(test, backend))
     tst_r.process(); tst_o.process()
     assert_same_values(tst_o.items, tst_r.items, names)
@@ -323,14 +336,15 @@ def test_multi_label_encoded_target(df, backend, monkeypatch):
     shown = capture_display(monkeypatch)
     d = df.assign(salary=df.income == '>50K', male=df.gender == 'Male', white=df.race == 'White')
     ys = ['salary', 'male', 'white']
-    ref, ours = _pair(d, backend, y_names=ys, y_block=MultiCategoryBlock(encoded=True, vocab=ys), splits=_splits(len(d)))
+    ref, ours = _pair(d, backend, y_names=ys, y_block=MultiCategoryBlock(encoded=True, vocab=ys),
+                      splits=_splits(len(d)))
     assert ours.c == ref.c == 3 and type(ours.loss_func) == type(ref.loss_func)
-    b_r, b_o = ref.dataloaders(bs=64, shuffle=False).valid.one_batch(), ours.dataloaders(bs=64, shuffle=False).valid.one_batch()
+    b_r, b_o = _valid(ref).one_batch(), _valid(ours).one_batch()
     # fastai's batch y is bool; ours float32, what its BCEWithLogitsLossFlat turns the bools into (README)
     assert b_r[2].dtype == torch.bool and b_o[2].dtype == torch.float32
     np.testing.assert_array_equal(b_o[2].cpu().numpy(), b_r[2].numpy().astype(np.float32))
     assert ref.loss_func(b_o[2] * 4 - 2, b_r[2]) == ours.loss_func(b_o[2] * 4 - 2, b_o[2])
-    ref.dataloaders(bs=64, shuffle=False).valid.show_batch(max_n=4); ours.dataloaders(bs=64, shuffle=False).valid.show_batch(max_n=4)
+    _valid(ref).show_batch(max_n=4); _valid(ours).show_batch(max_n=4)
     assert_same_values(shown[-1], shown[-2], CATS + CONTS + ys)
 
 def test_regression_target(df, backend, monkeypatch):
@@ -339,10 +353,10 @@ def test_regression_target(df, backend, monkeypatch):
     ref, ours = _pair(df, backend, cont_names=['fnlwgt', 'educational-num'], y_names='age', splits=_splits(len(df)))
     assert_same_processing(ref, ours, exact=backend == 'pandas')
     assert ours.c == ref.c == 1 and ours.procs[-1].means == ref.procs[-1].means
-    b_r, b_o = ref.dataloaders(bs=64, shuffle=False).valid.one_batch(), ours.dataloaders(bs=64, shuffle=False).valid.one_batch()
+    b_r, b_o = _valid(ref).one_batch(), _valid(ours).one_batch()
     assert b_o[2].dtype == torch.float32 and b_o[2].shape == b_r[2].shape
     np.testing.assert_array_equal(b_o[2].cpu().numpy(), b_r[2].numpy())
-    ref.dataloaders(bs=64, shuffle=False).valid.show_batch(max_n=4); ours.dataloaders(bs=64, shuffle=False).valid.show_batch(max_n=4)
+    _valid(ref).show_batch(max_n=4); _valid(ours).show_batch(max_n=4)
     assert_same_values(shown[-1], shown[-2], CATS + ['fnlwgt', 'age'])
 
 def test_tabular_properties(df, backend):
@@ -353,7 +367,8 @@ def test_tabular_properties(df, backend):
         assert list(o.columns) == list(r.columns), prop
         assert_same_values(o, r, list(r.columns))
     assert_same_values(ours.y.to_frame(), ref.y.to_frame(), ['income'])
-    assert ours.x_names == ref.x_names and ours.all_col_names == ref.all_col_names and ours.n_subsets == ref.n_subsets == 2
+    assert ours.x_names == ref.x_names and ours.all_col_names == ref.all_col_names
+    assert ours.n_subsets == ref.n_subsets == 2
     idx = ref.items.index[7]
     assert to_pandas(ours.loc[idx]['workclass']).item() == ref.loc[idx]['workclass']
     assert len(ours.train) == len(ref.train) and len(ours.valid) == len(ref.valid) and ours.split == ref.split
@@ -362,8 +377,12 @@ def test_tabular_properties(df, backend):
     e = ours.new_empty()
     assert len(e) == 0 and list(e.cat_names) == list(ref.new_empty().cat_names)
     assert ours.to_device('cpu') is ours and ours.device == 'cpu'
-    # deliberate (README): only the named columns are kept, in the frame's order, and the caller's list is not appended to
+    # deliberate (README): only the named columns are kept, in the frame's order; the caller's list is not appended to
     assert list(to_pandas(ours.items).columns) == [c for c in ref.items.columns if c in set(ref.all_col_names)]
+    cats_r, cats_o = list(CATS), list(CATS)
+    TabularPandas(df.copy(), procs=PROCS, cat_names=cats_r, cont_names=CONTS, y_names='income')
+    TabularGPU(to_backend(df, backend), procs=PROCS, cat_names=cats_o, cont_names=CONTS, y_names='income')
+    assert cats_r == CATS + ['educational-num_na'] and cats_o == CATS
 
 def test_readtabbatch_decode(df, backend):
     "`dl.decode(batch)` gives a Tabular of the batch (codes, normalised values) whose `decode()` has the raw values."
