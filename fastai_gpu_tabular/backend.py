@@ -43,15 +43,29 @@ def is_cudf(o) -> bool:
     "Whether `o` is a cuDF object; checks the type's module, so it never imports cuDF."
     return type(o).__module__.split('.')[0] == 'cudf'
 
+def _not_a_frame(o) -> TypeError:
+    "The error for `o`, which is not a frame: its type, and how to turn it into one."
+    t = type(o)
+    name = t.__name__ if t.__module__ == 'builtins' else f"{t.__module__.split('.')[0]}.{t.__name__}"
+    if isinstance(o, dict): how = "build one with pd.DataFrame(your_dict)"
+    elif isinstance(o, (np.ndarray, list, tuple)):
+        how = "build one with pd.DataFrame(values, columns=[...]), naming the columns"
+    elif t.__module__.split('.')[0] in ('dask', 'dask_cudf', 'dask_expr'): how = "call .compute() on it first"
+    elif hasattr(o, 'to_pandas'): how = "convert it with .to_pandas()"
+    else: how = "load the data into one"
+    return TypeError(f"Expected a pandas or cuDF DataFrame, got {name}: {how}")
+
 def backend_of(df) -> str:
-    "'cudf' or 'pandas'"
+    """'cudf' or 'pandas', from the type of `df` (a DataFrame or Series). The one place that decides which types are
+    accepted: anything else is a TypeError that names them and says how to convert."""
     if is_cudf(df): return 'cudf'
     if isinstance(df, (pd.DataFrame, pd.Series)): return 'pandas'
-    raise TypeError(f"Expected a pandas or cuDF DataFrame, got {type(df).__name__}")
+    raise _not_a_frame(df)
 
 def to_backend(df, backend:str|None=None):
-    "Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own."
-    if backend is None or backend == backend_of(df): return df
+    "Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own. Anything but a frame is a TypeError."
+    own = backend_of(df)
+    if backend is None or backend == own: return df
     if backend == 'cudf': return require_cudf().from_pandas(df)
     if backend == 'pandas': return df.to_pandas()
     raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")

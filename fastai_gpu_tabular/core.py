@@ -5,6 +5,7 @@ import warnings
 import numpy as np, pandas as pd, torch
 from fastcore.foundation import L
 from fastcore.basics import attrdict
+from fastcore.xtras import is_listy
 from fastcore.meta import delegates
 from fasttransform import Pipeline
 from plum import dispatch
@@ -14,8 +15,9 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, Tabular, df_shrink_dtypes
 from fastai.torch_core import display_df
 
-from .backend import (col_to_tensor, encode_codes, explode_lists, frame_device, gather_columns, is_cudf, is_list_dtype,
-                      is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend, to_category, to_pandas)
+from .backend import (backend_of, col_to_tensor, encode_codes, explode_lists, frame_device, gather_columns, is_cudf,
+                      is_list_dtype, is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend,
+                      to_category, to_pandas)
 from .loader import BatchDataLoader, BatchDataLoaders, unpack_rows
 from .procs import fill_nan_check, register_procs
 
@@ -31,16 +33,46 @@ def _row_order(splits, n):
         raise IndexError(f"splits hold row positions outside the frame's {n} rows")
     return None if len(order) == n and (order == np.arange(n)).all() else order
 
+def _fill_missing(procs):
+    "The `FillMissing` among `procs` (classes, instances or a Pipeline) that adds `_na` columns, or None."
+    for p in getattr(procs, 'fs', L(procs)):
+        if isinstance(p, type) and issubclass(p, FillMissing): p = p()   # a class: its defaults say
+        if isinstance(p, FillMissing) and p.add_col: return p
+
+def _n_inf(col) -> int:
+    "Rows of `col` holding +-inf: one vectorized pass (only float columns can hold inf)."
+    if getattr(col.dtype, 'kind', None) != 'f': return 0
+    if not is_cudf(col) and isinstance(col.dtype, np.dtype): return int(np.isinf(col.to_numpy()).sum())
+    return int((col.abs() == np.inf).sum())   # cuDF, and pandas' nullable floats
+
+class _TabIloc(fatc._TabIloc):
+    "fastai's `to.iloc[rows, cols]` (cols by name), handing `new` a frame, a row or a value, as fastai's does."
+    def __getitem__(self, idxs):
+        df = self.to.items
+        rows,cols = idxs if isinstance(idxs, tuple) else (idxs, slice(None))
+        if isinstance(idxs, tuple):   # names as positions: cuDF's `iloc` takes no boolean mask
+            cols = np.flatnonzero(df.columns.isin(cols)).tolist() if is_listy(cols) else df.columns.get_loc(cols)
+        if not isinstance(rows, (int, np.integer)) or not isinstance(cols, (slice, list)):
+            return self.to.new(df.iloc[rows, cols])
+        # one row: a host Series keeping each column's own type (pandas would turn int codes into floats next to the
+        # float conts; fastai's rows are object Series, from the string columns it keeps)
+        one = to_pandas(df.iloc[[rows], cols])
+        row = pd.Series([one[c].iloc[0] for c in one.columns], index=one.columns, name=one.index[0], dtype=object)
+        return self.to.new(row)
+
 class TabularGPU(Tabular):
     "A `Tabular` over a cuDF or pandas frame: fastai's procs run on the frame's own device, batches come from packed tensors"
     def __init__(self, df, procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None, splits=None,
                  do_setup=True, device=None, inplace=False, reduce_memory=True,
                  backend:str|None=None, # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
                  multi_hot:dict|list|None=None): # multi-hot cat columns: {name: separator} for strings; list columns are found
-        df = to_backend(df, backend)
+        df = to_backend(df, backend)   # a TypeError for anything but a frame
+        if df.ndim != 2: raise TypeError(f"TabularGPU takes a DataFrame, not a {type(df).__name__}: use "
+                                         "series.to_frame() for a column, series.to_frame().T for a row")
         # copies: FillMissing appends `_na` names, and fastai's would land in the caller's own list
         cat_names,cont_names,y_names = L(cat_names).copy(),L(cont_names).copy(),L(y_names).copy()
-        self._check_names(df, cat_names, cont_names, y_names, do_setup)
+        self._check_names(cat_names, cont_names, y_names)
+        if do_setup: self._check_columns(df, cat_names, cont_names, y_names, procs)
         order = _row_order(splits, len(df))
         self.multi_hot = self._multi_hot(df, cat_names, multi_hot)
         # fastai's df_shrink (when reduce_memory): numbers downcast, object/str cat columns cast to category over all
@@ -49,9 +81,10 @@ class TabularGPU(Tabular):
         if inplace and order is None:
             items = df
             for c,t in casts.items(): items[c] = to_category(items[c]) if t == 'category' else items[c].astype(t)
-        # only the named columns, copied once (fastai copies the whole frame, twice with splits): no caller mutation
-        else: items = gather_columns(df, [c for c in dict.fromkeys(cat_names + cont_names + y_names) if c in df.columns],
-                                     order, casts)
+        # only the named columns, in the frame's order, copied once (fastai copies the whole frame, twice with splits)
+        else:
+            named = set(cat_names + cont_names + y_names)
+            items = gather_columns(df, [c for c in df.columns if c in named], order, casts)
         items = self._prepare(items, cat_names, cont_names, y_names, self.multi_hot)
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
         self.items,self._packed,self._parent = items,{},None
@@ -67,17 +100,27 @@ class TabularGPU(Tabular):
         if do_setup: self.setup()
 
     @staticmethod
-    def _check_names(df, cat_names, cont_names, y_names, do_setup):
-        "Fail fast, naming the columns, before any copy or proc runs."
-        if do_setup and len(df) == 0: raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
+    def _check_names(cat_names, cont_names, y_names):
+        "Each column named once."
         for kind,names in (('cat', cat_names), ('cont', cont_names), ('y', y_names)):
             if len(set(names)) != len(names): raise ValueError(f"{kind}_names lists a column twice: {list(names)}")
         both = (set(cat_names) & set(cont_names)) | (set(y_names) & (set(cat_names) | set(cont_names)))
         if both: raise ValueError(f"column(s) {sorted(both)} are named in more than one of cat_names/cont_names/y_names")
-        made = {f'{n}_na' for n in cont_names}   # FillMissing makes these
-        need = [n for n in cat_names if not (n in made and not do_setup)] + list(cont_names) + (list(y_names) if do_setup else [])
+
+    @staticmethod
+    def _check_columns(df, cat_names, cont_names, y_names, procs, setup=True):
+        """The frame has rows and the named columns: at set-up before any copy, and before any proc runs (a frame given
+        to `new` may lack some, as in fastai: `iloc[rows, cols]` makes one)."""
+        if setup and len(df) == 0: raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
+        # `<cont>_na` in cat_names (an earlier TabularPandas appended it to the list) is made by FillMissing, which runs
+        # before Categorify; `_check_na_names` checks it will be, once the training rows are known
+        made = {f'{n}_na' for n in cont_names} if _fill_missing(procs) is not None else set()
+        need = [n for n in cat_names if n not in made] + list(cont_names) + (list(y_names) if setup else [])
         missing = [n for n in need if n not in df.columns]
-        if missing: raise KeyError(f"column(s) {missing} are not in the frame (it has {list(df.columns)[:20]})")
+        if not missing: return
+        na = [n for n in missing if n.endswith('_na') and n[:-3] in cont_names]
+        raise KeyError(f"column(s) {missing} are not in the frame (it has {list(df.columns)[:20]})" + (
+            f"; {na} would be made by FillMissing (with add_col=True), which procs lacks" if na else ""))
 
     @staticmethod
     def _multi_hot(items, cat_names, multi_hot) -> dict:
@@ -90,9 +133,18 @@ class TabularGPU(Tabular):
         return mh
 
     def new(self, df, inplace=False):
-        "A `TabularGPU` for `df` with this one's procs and names (fastai's `Tabular.new`, keeping `multi_hot`)."
+        """A `TabularGPU` for `df` with this one's procs and names (fastai's `Tabular.new`, keeping `multi_hot`). A row
+        (Series) or a value, which `iloc` gives for a scalar row or cell, is held as it is, as fastai does."""
+        value = pd.api.types.is_scalar(df)
+        if value or (getattr(df, 'ndim', None) == 1 and backend_of(df)):
+            res = self._derive(df)
+            res.split = 1 if value else len(df)
+            return res
         return type(self)(df, do_setup=False, reduce_memory=False, y_block=TransformBlock(), inplace=inplace,
                           multi_hot=self.multi_hot, **attrdict(self, 'procs', 'cat_names', 'cont_names', 'y_names', 'device'))
+
+    @property
+    def iloc(self): return _TabIloc(self)
 
     def _shrink_dtypes(self, df, cat_names, cont_names, y_names) -> dict:
         "fastai's `df_shrink_dtypes` on the named columns; the category cast only for single-hot cats and targets."
@@ -147,26 +199,48 @@ class TabularGPU(Tabular):
         if not all_col: cols = [c for c in cols if c in self.items.columns]
         for c in cols: self.set_col(c, f(self.items[c]))
 
-    def _before_procs(self):
-        "NaN that no FillMissing will fill fails here, before any proc runs; and the packed rows are about to go stale."
+    def _before_procs(self, setup=False):
+        "Bad input fails here, naming the columns, before any proc runs; and the packed rows are about to go stale."
+        self._check_columns(self.items, self.cat_names, self.cont_names, self.y_names, self.procs, setup)
+        inf = ", ".join(f"{n!r} in {k} row(s)" for n in self.cont_names if (k := _n_inf(self.items[n])))
+        if inf: raise ValueError(f"continuous column(s) hold +-inf: {inf}. Replace them with NaN, e.g. "
+                                 "df[col].replace([np.inf, -np.inf], np.nan), for FillMissing to fill them (and flag "
+                                 "them in `<col>_na`), or clip them to finite values")
         if not self._has(FillMissing): fill_nan_check(self, None)
+        self._check_na_names(setup)
         self._packed = {}
 
-    def setup(self): self._before_procs(); self.procs.setup(self)
+    def _check_na_names(self, setup):
+        "`<cont>_na` names in cat_names that are not columns yet: FillMissing must be about to make them."
+        fm = _fill_missing(self.procs)
+        for n in [n for n in self.cat_names if n not in self.items.columns]:
+            c = n[:-3]   # `_check_columns` let only `<cont>_na` names through, and only with such a FillMissing
+            made = self.items[c].iloc[:self.split].isna().any() if setup else c in getattr(fm, 'na_dict', {c: None})
+            if not made:
+                raise KeyError(f"cat_names has {n!r}, the column FillMissing adds for NaN in {c!r}, but {c!r} has no "
+                               f"NaN in the training rows, so FillMissing makes no {n!r}: remove it from cat_names")
+
+    def setup(self): self._before_procs(setup=True); self.procs.setup(self)
     def process(self): self._before_procs(); self.procs(self)
 
     def _has(self, tfm_type): return any(isinstance(t, tfm_type) for t in self.procs.fs)
+
+    def _derive(self, items, parent=None, rows=None):
+        "A sibling of this object (same procs and names) over `items`, which it holds without a copy."
+        res = object.__new__(type(self))
+        res.__dict__.update({k:v for k,v in self.__dict__.items() if k not in ('dataloaders', '_rows')})
+        res.dataloaders = delegates(res._dl_type.__init__)(res.dataloaders)
+        res.cat_names = self.cat_names.copy()
+        res.items,res._packed,res._parent,res._rows = items,{},parent,rows
+        return res
 
     def subset(self, i):
         "Train (0) or valid (1) rows as a view: no frame copy (fastai copies), and packed tensors sliced from this object's."
         rows = slice(0, self.split) if i == 0 else slice(self.split, len(self))
         items = self.items.iloc[rows]
-        res = object.__new__(type(self))
-        res.__dict__.update({k:v for k,v in self.__dict__.items() if k != 'dataloaders'})
-        res.dataloaders = delegates(res._dl_type.__init__)(res.dataloaders)
         # a shallow copy, so assigning a column to the subset is allowed and leaves this object's frame alone
-        res.items = items if is_cudf(items) else items.copy(deep=False)
-        res.split,res._packed,res._parent,res._rows = len(items),{},self,rows
+        res = self._derive(items if is_cudf(items) else items.copy(deep=False), self, rows)
+        res.split = len(items)
         return res
 
     def decode(self):
@@ -175,8 +249,9 @@ class TabularGPU(Tabular):
         return self.procs.decode(self)
 
     def show(self, max_n=10, **kwargs):
-        "Display the first `max_n` rows decoded (category names, de-normalised values), on the host."
-        display_df(self.new(to_pandas(self.all_cols[:max_n])).decode().items)
+        "Display the first `max_n` rows (or the row `iloc` gave) decoded: category names, de-normalised values."
+        rows = self.all_cols[:max_n] if self.items.ndim == 2 else self.items.to_frame().T
+        display_df(self.new(to_pandas(rows)).decode().items)
 
     def __getstate__(self):
         # packed tensors are a cache, and a subset's parent would pickle the whole frame: both are rebuilt on demand
@@ -254,17 +329,20 @@ class TabularGPU(Tabular):
                 j += w
         _fill(cats, self.cat_names, 'cat', self.cat_widths())
         _fill(conts, self.cont_names, 'cont')
-        if n and conts.isnan().any():
-            bad = [c for j,c in enumerate(self.cont_names) if conts[:, j].isnan().any()]
-            raise ValueError(f"continuous column(s) {bad} hold NaN after processing: add FillMissing to procs")
+        if n and not conts.isfinite().all():   # a frame changed after `process()`, or values beyond float32's range
+            bad = [c for j,c in enumerate(self.cont_names) if not conts[:, j].isfinite().all()]
+            raise ValueError(f"continuous column(s) {bad} hold NaN or +-inf, which the model cannot take: "
+                             + ("call `process()` on this TabularGPU, and check nothing set them after it" if
+                                self._has(FillMissing) else "add FillMissing to procs"))
         if ys: _fill(ys[0], self.y_names, 'y')
         return rows,layout
 
     def _y_dtype(self):
         "long for class indices (as fastai's CrossEntropy wants), float32 for regression and multi-label targets."
+        if self._has(EncodedMultiCategorize): return torch.float32   # a Categorize subclass: test it first
         if self._has(Categorize): return torch.int64
         ints = all(pd.api.types.is_integer_dtype(self.items[n].dtype) for n in self.y_names)
-        return torch.int64 if ints and not self._has((RegressionSetup, EncodedMultiCategorize)) else torch.float32
+        return torch.int64 if ints and not self._has(RegressionSetup) else torch.float32
 
 @dispatch
 def show_results(x:TabularGPU, y:TabularGPU, samples, outs, ctxs=None, max_n=10, **kwargs):

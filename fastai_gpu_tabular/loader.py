@@ -9,7 +9,7 @@ from fastai.tabular.core import ReadTabBatch, TabDataLoader, Tabular
 from fastai.tabular.data import TabularDataLoaders
 from fastai.torch_core import to_np
 
-from .backend import require_cudf
+from .backend import backend_of, require_cudf
 
 __all__ = ['BatchDataLoader', 'BatchDataLoaders', 'ReadTabBatchGPU', 'unpack_rows']
 
@@ -124,6 +124,7 @@ class BatchDataLoaders(TabularDataLoaders):
     def from_df(cls, df, path='.', procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None,
                 valid_idx=None, backend=None, **kwargs):
         "Create `BatchDataLoaders` from a cuDF or pandas `df`, as `TabularDataLoaders.from_df`"
+        backend_of(df)   # a TypeError that says which types are taken, before `df.columns` is read
         cat_names = L(cat_names)
         if cont_names is None: cont_names = [c for c in df.columns if c not in set(cat_names) | set(L(y_names))]
         splits = RandomSplitter()(df) if valid_idx is None else IndexSplitter(valid_idx)(df)

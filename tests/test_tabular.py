@@ -18,9 +18,11 @@ def test_iloc_and_properties(to):
     assert list(to.cats.columns) == ['workclass', 'education'] and list(to.conts.columns) == ['age', 'hours-per-week']
     assert list(to.ys.columns) == ['income'] and len(to.xs.columns) == 4 and len(to.train) + len(to.valid) == 3000
     assert to.iloc[[5, 2, 9]].items.index.tolist() == [to.items.index[i] for i in (5, 2, 9)]
-    # fastai's iloc[:, cols] would make a Tabular that lacks its other named columns: refused, naming them
+    # iloc[:, cols] holds just those columns, as fastai's; processing it names the columns it lacks
+    part = to.iloc[:, ['age']]
+    assert list(part.items.columns) == ['age']
     with pytest.raises(KeyError, match="column\\(s\\) \\['workclass', 'education', 'hours-per-week'\\] are not in the frame"):
-        to.iloc[:, ['age']]
+        part.process()
 
 def test_setters_invalidate_packed_rows(to):
     before = to.packed()[1].clone()

@@ -177,7 +177,7 @@ def test_interpretation_and_summary(trained):
     cm = interp.confusion_matrix()
     assert cm.sum() == len(trained.dls.valid_ds)
     losses, idx, items = interp.top_losses(3, items=True)
-    assert len(items) == 3 and list(items.columns)[:len(CATS)] == CATS
+    assert len(items) == 3 and set(CATS) <= set(items.columns)   # the frame's column order, as fastai's
     assert 'TabularModel' in str(trained.summary())
 
 def test_regression_and_from_df(flights, tmp_path):
