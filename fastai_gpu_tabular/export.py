@@ -1,5 +1,5 @@
-"""Deployment: a learner as one ONNX graph from raw columns to `get_preds`' output (the procs' learned state as ONNX ops,
-merged with the model), the model alone through `torch.export`, and a Triton model repository."""
+"""Deployment: a learner as one ONNX graph from raw columns to `get_preds`' output (the procs' learned state as ONNX
+ops, merged with the model), the model alone through `torch.export`, and a Triton model repository."""
 from __future__ import annotations
 
 import copy, json, warnings
@@ -19,7 +19,7 @@ _META = 'fastai_gpu_tabular.'
 
 @contextmanager
 def _quiet_export():
-    "torch's exporters warn about their own internals (a deprecated pytree check, dynamic-axis renaming): not the user's."
+    "torch's exporters warn about their internals (a deprecated pytree check, dynamic-axis renaming): not the user's."
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='.*LeafSpec.*', category=FutureWarning)
         warnings.filterwarnings('ignore', message='# The axis name', category=UserWarning)
@@ -45,6 +45,11 @@ def _preds_model(learn):
     xs = (torch.zeros(2, n_cat, dtype=torch.int32),)*(n_cat > 0) + (torch.zeros(2, n_cont),)*(n_cont > 0)
     return PredsModel(model, act, n_cat > 0, n_cont > 0).eval(), xs
 
+def _target_vocab(learn):
+    "A classifier's classes (the target's Categorize vocab), else None."
+    to = learn.dls.train_ds
+    return getattr(learn.dls, 'vocab', None) if any(isinstance(t, Categorize) for t in to.procs.fs) else None
+
 def _input_names(xs, has_cat): return ['x_cat', 'x_cont'] if len(xs) == 2 else ['x_cat' if has_cat else 'x_cont']
 
 def export_model(learn, path=None, batch=None):
@@ -52,7 +57,7 @@ def export_model(learn, path=None, batch=None):
     the masked lookup. `batch`: an example `(x_cat, x_cont, ...)` (cloned: loader batches are views of one packed
     storage, which `torch.export.save` refuses); default zeros. Saved to `path` (a .pt2) if given."""
     pm,xs = _preds_model(learn)
-    if batch is not None: xs = tuple(t.detach().cpu().clone() for t in batch[:len(xs)])
+    if batch is not None: xs = tuple(t.detach().cpu().clone() for t,k in zip(batch[:2], (pm.has_cat, pm.has_cont)) if k)
     dim = torch.export.Dim('batch')
     with _quiet_export(): ep = torch.export.export(pm, xs, dynamic_shapes=(tuple({0: dim} for _ in xs),))
     if path is not None: torch.export.save(ep, path)
@@ -69,7 +74,8 @@ def _procs(to) -> dict:
         elif isinstance(t, FillMissing): res['fill'] = t
         elif isinstance(t, Normalize): res['norm'] = t
         elif not isinstance(t, (Categorize, RegressionSetup, MultiCategorize, EncodedMultiCategorize)): other.append(t)
-    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing and Normalize, not {[type(t).__name__ for t in other]}")
+    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing and Normalize, not "
+                              f"{[type(t).__name__ for t in other]}")
     return res
 
 def _key_type(name, values) -> str:
@@ -78,8 +84,8 @@ def _key_type(name, values) -> str:
     if all(isinstance(v, (bool, int, np.bool_, np.integer)) for v in values): return 'int64'
     if all(isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating)) for v in values): return 'double'
     kinds = sorted({type(v).__name__ for v in values})
-    raise TypeError(f"cat column {name!r} has categories of type {kinds}: export_onnx encodes strings, integers, floats "
-                    "and bools; convert the column (e.g. to str) before building the TabularGPU")
+    raise TypeError(f"cat column {name!r} has categories of type {kinds}: export_onnx encodes strings, integers, "
+                    "floats and bools; convert the column (e.g. to str) before building the TabularGPU")
 
 class _Graph:
     "An ONNX graph under construction: `op` adds a node and returns its output's name, `const` an initializer's."
@@ -94,8 +100,8 @@ class _Graph:
     def op(self, op_type, *ins, n_out=1, **attrs):
         from onnx import helper
         outs = [self.name() for _ in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, list(ins), outs, domain='ai.onnx.ml' if op_type == 'LabelEncoder' else '',
-                                           **attrs))
+        domain = 'ai.onnx.ml' if op_type == 'LabelEncoder' else ''
+        self.nodes.append(helper.make_node(op_type, list(ins), outs, domain=domain, **attrs))
         return outs if n_out > 1 else outs[0]
     def input(self, name, elem_type):
         from onnx import helper
@@ -124,7 +130,7 @@ class _Graph:
         codes = self.op('Pad', codes, self.const(np.array([0, 0, 0, width], np.int64)), self.const(np.int64(empty)))
         codes = self.op('Slice', codes, self.const(np.array([0], np.int64)), self.const(np.array([width], np.int64)),
                         self.const(np.array([1], np.int64)))
-        keep = self.op('Less', self.const(np.arange(width, dtype=np.int64)), self.op('Unsqueeze', z, self.const(np.array([1]))))
+        keep = self.op('Less', self.const(np.arange(width, dtype=np.int64)), self.column(z))
         return self.op('Where', keep, codes, self.const(np.int64(-1)))
 
     def column(self, x): return self.op('Unsqueeze', x, self.const(np.array([1], np.int64)))
@@ -134,7 +140,7 @@ def _bag_sep(to, name, list_sep) -> tuple:
     sep = to.multi_hot[name]
     return (sep, True) if sep is not None else (list_sep, False)
 
-def preprocess_graph(to, list_sep='|'):
+def _procs_graph(to, list_sep='|'):
     """The procs of `to` as an ONNX graph: one input per raw column (strings, int64 or double), outputs `x_cat` (int64
     codes, multi-hot columns as -1-padded slots) and `x_cont` (float32), as the packed rows hold them. Returns
     `(graph, columns)`, `columns` being {input: {'type', 'kind'[, 'sep']}}."""
@@ -155,18 +161,16 @@ def preprocess_graph(to, list_sep='|'):
         if norm is not None:
             x = g.op('Div', g.op('Sub', x, g.const(np.float64(norm.means[n]))), g.const(np.float64(norm.stds[n])))
         conts.append(g.column(g.op('Cast', x, to=T.FLOAT)))
+    if cat is None and len(to.cat_names):
+        raise TypeError("export_onnx encodes cat columns with Categorify's vocabularies: add Categorify to procs")
     cats = []
     for n,w in zip(to.cat_names, _cat_widths(to)):
-        if cat is None:   # cats given as codes already
-            x = g.input(n, T.INT64) if n not in flags else flag_x[n]
-            cats.append(g.column(x))
-            if n not in flags: cols[n] = {'type': 'int64', 'kind': 'cat'}
-            continue
         vocab = list(cat.classes[n].items[1:])
         if n in mh:
             sep,empty = _bag_sep(to, n, list_sep)
             kind = _key_type(n, vocab)
-            if kind == 'double': raise TypeError(f"multi-hot column {n!r} holds floats: export_onnx encodes strings and ints there")
+            if kind == 'double':
+                raise TypeError(f"multi-hot column {n!r} holds floats: export_onnx encodes strings and ints there")
             bad = [v for v in vocab if sep in str(v)]
             if bad: raise ValueError(f"multi-hot column {n!r} has elements containing the separator {sep!r}, e.g. "
                                      f"{bad[:3]}: pass another `list_sep`")
@@ -209,21 +213,21 @@ def export_onnx(learn, path, list_sep:str='|', procs:bool=True, opset:int=_OPSET
     names = _input_names(xs, pm.has_cat)
     if procs:
         bad = [n for n in list(to.cat_names) + list(to.cont_names) if not isinstance(n, str)]
-        if bad: raise TypeError(f"export_onnx names each ONNX input after its column: column names {bad} must be strings")
-        graph,cols = preprocess_graph(to, list_sep)
-        if 'preds' in cols: raise ValueError("a column named 'preds' would clash with the ONNX output of that name: rename it")
+        if bad: raise TypeError(f"export_onnx names each ONNX input after its column: names {bad} must be strings")
+        graph,cols = _procs_graph(to, list_sep)
+        if 'preds' in cols: raise ValueError("a column named 'preds' would clash with the ONNX output: rename it")
         xs = tuple(x.long() if n == 'x_cat' else x for n,x in zip(names, xs))   # what the procs graph gives
     dim = torch.export.Dim('batch')
     with _quiet_export():
         prog = torch.onnx.export(pm, xs, input_names=names, output_names=['preds'], opset_version=opset, dynamo=True,
                                  dynamic_shapes=(tuple({0: dim} for _ in xs),), external_data=False, verbose=False)
     model = prog.model_proto
-    vocab = getattr(learn.dls, 'vocab', None) if any(isinstance(t, Categorize) for t in to.procs.fs) else None
+    vocab = _target_vocab(learn)
     meta = {'y_names': list(to.y_names), 'vocab': None if vocab is None else [str(v) for v in vocab]}
     if procs:
         ops = {o.domain: o.version for o in model.opset_import}
-        pre = helper.make_model(graph, ir_version=model.ir_version,
-                                opset_imports=[helper.make_opsetid('', ops.get('', opset)), helper.make_opsetid('ai.onnx.ml', _ML_OPSET)])
+        pre = helper.make_model(graph, ir_version=model.ir_version, opset_imports=[
+            helper.make_opsetid('', ops.get('', opset)), helper.make_opsetid('ai.onnx.ml', _ML_OPSET)])
         model = onnx.compose.merge_models(pre, model, io_map=[(f'fgt/{n}', n) for n in names], prefix2='model/')
         _rename_output(model, 'model/preds', 'preds')
         meta.update(columns=cols, na_string=NA_STRING)
@@ -236,7 +240,8 @@ def export_onnx(learn, path, list_sep:str='|', procs:bool=True, opset:int=_OPSET
 # --- the client side ----------------------------------------------------------------------------------------------
 def _session(model):
     import onnxruntime as ort
-    return model if isinstance(model, ort.InferenceSession) else ort.InferenceSession(str(model), providers=['CPUExecutionProvider'])
+    if isinstance(model, ort.InferenceSession): return model
+    return ort.InferenceSession(str(model), providers=['CPUExecutionProvider'])
 
 def onnx_inputs(df:pd.DataFrame, model) -> dict:
     """The inputs of an `export_onnx` file (a path or an `onnxruntime.InferenceSession`) from a pandas frame of raw
@@ -251,7 +256,8 @@ def onnx_inputs(df:pd.DataFrame, model) -> dict:
         if c['type'] == 'string':
             v = col.to_numpy(dtype=object, na_value=None)
             if c.get('lists'):
-                v = np.array([c['sep'].join(map(str, o)) if isinstance(o, (list, tuple, np.ndarray)) else o for o in v], dtype=object)
+                v = np.array([c['sep'].join(map(str, o)) if isinstance(o, (list, tuple, np.ndarray)) else o for o in v],
+                             dtype=object)
             na = pd.isna(v)
             if any(not isinstance(o, str) for o in v[~na]):
                 raise TypeError(f"column {n!r} is a string input of the ONNX model but holds non-strings, e.g. "
@@ -260,18 +266,18 @@ def onnx_inputs(df:pd.DataFrame, model) -> dict:
             res[n] = v
         elif c['type'] == 'int64':
             try: v = col.astype('Int64')
-            except (TypeError, ValueError) as e: raise TypeError(f"column {n!r} is an int64 input of the ONNX model: {e}") from None
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"column {n!r} is an int64 input of the ONNX model: {e}") from None
             res[n] = v.fillna(np.iinfo(np.int64).min).to_numpy(np.int64)
         else: res[n] = pd.to_numeric(col).to_numpy(dtype=np.float64, na_value=np.nan)
     return res
 
 # --- Triton -------------------------------------------------------------------------------------------------------
-_TRITON_TYPES = {'string': 'TYPE_STRING', 'int64': 'TYPE_INT64', 'double': 'TYPE_FP64', 'int32': 'TYPE_INT32',
-                 'float': 'TYPE_FP32'}
-
-def _onnx_type(vi) -> str:
+def _triton_type(vi) -> str:
+    "Triton's data type of an ONNX input or output."
     from onnx import TensorProto as T
-    return {T.STRING: 'string', T.INT64: 'int64', T.DOUBLE: 'double', T.INT32: 'int32', T.FLOAT: 'float'}[vi.type.tensor_type.elem_type]
+    return {T.STRING: 'TYPE_STRING', T.INT64: 'TYPE_INT64', T.DOUBLE: 'TYPE_FP64', T.INT32: 'TYPE_INT32',
+            T.FLOAT: 'TYPE_FP32'}[vi.type.tensor_type.elem_type]
 
 def export_triton(learn, repo, name:str='fastai_tabular', version:int=1, max_batch_size:int=65536, **kwargs):
     """A model repository for Triton's onnxruntime backend: `repo/name/config.pbtxt`, `repo/name/<version>/model.onnx`
@@ -285,10 +291,10 @@ def export_triton(learn, repo, name:str='fastai_tabular', version:int=1, max_bat
     g = onnx.load(str(path), load_external_data=False).graph
     out = g.output[0]
     n_out = out.type.tensor_type.shape.dim[1].dim_value
-    vocab = getattr(learn.dls, 'vocab', None) if any(isinstance(t, Categorize) for t in learn.dls.train_ds.procs.fs) else None
+    vocab = _target_vocab(learn)
     if vocab is not None: (d/'labels.txt').write_text(''.join(f'{v}\n' for v in vocab))
     batched = lambda vi: len(vi.type.tensor_type.shape.dim) == 1   # a raw column: [batch]
-    ins = ',\n'.join(f'  {{ name: {json.dumps(i.name)} data_type: {_TRITON_TYPES[_onnx_type(i)]} '
+    ins = ',\n'.join(f'  {{ name: {json.dumps(i.name)} data_type: {_triton_type(i)} '
                      + ('dims: [ 1 ] reshape: { shape: [ ] } }' if batched(i) else
                         f'dims: [ {i.type.tensor_type.shape.dim[1].dim_value} ] }}') for i in g.input)
     label = ' label_filename: "labels.txt"' if vocab is not None else ''
@@ -299,7 +305,7 @@ input [
 {ins}
 ]
 output [
-  {{ name: {json.dumps(out.name)} data_type: {_TRITON_TYPES[_onnx_type(out)]} dims: [ {n_out} ]{label} }}
+  {{ name: {json.dumps(out.name)} data_type: {_triton_type(out)} dims: [ {n_out} ]{label} }}
 ]
 dynamic_batching {{ }}
 ''')

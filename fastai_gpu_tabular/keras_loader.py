@@ -3,7 +3,7 @@ permutation an epoch), batches as TF tensors through DLPack, and the inputs and 
 from __future__ import annotations
 
 import functools
-import numpy as np, torch
+import numpy as np
 
 from .loader import _gather
 
@@ -28,7 +28,7 @@ def _columns(to) -> list:
             + [(n, j, j+1, 'cont') for j,n in enumerate(to.cont_names)])
 
 def _to_backend(backend):
-    "How a batch's torch tensors reach Keras' backend: as they are (torch), through DLPack (tensorflow), else via NumPy."
+    "How a batch's torch tensors reach Keras: as they are (torch), through DLPack (tensorflow), else through NumPy."
     if backend == 'torch': return lambda d: d
     if backend == 'tensorflow': return to_tf
     return lambda d: {k: v.cpu().numpy() for k,v in d.items()} if isinstance(d, dict) else d.cpu().numpy()
@@ -89,13 +89,15 @@ def _bag_cls():
             super().__init__(**kwargs)
             if mode not in ('mean', 'sum'): raise ValueError(f"mode must be 'mean' or 'sum', not {mode!r}")
             self.input_dim,self.output_dim,self.mode = input_dim,output_dim,mode
-            self.embedding = keras.layers.Embedding(input_dim, output_dim, embeddings_initializer=keras.initializers.TruncatedNormal(stddev=0.01))
+            init = keras.initializers.TruncatedNormal(stddev=0.01)   # fastai's Embedding init
+            self.embedding = keras.layers.Embedding(input_dim, output_dim, embeddings_initializer=init)
         def call(self, codes):
             mask = ops.expand_dims(ops.cast(codes >= 0, self.compute_dtype), -1)
             out = ops.sum(self.embedding(ops.maximum(codes, 0)) * mask, axis=1)
             return out / ops.maximum(ops.sum(mask, axis=1), 1.) if self.mode == 'mean' else out
-        def get_config(self): return {**super().get_config(), 'input_dim': self.input_dim, 'output_dim': self.output_dim,
-                                      'mode': self.mode}
+        def get_config(self):
+            return {**super().get_config(), 'input_dim': self.input_dim, 'output_dim': self.output_dim,
+                    'mode': self.mode}
     return BagEmbedding
 
 def bag_embedding(input_dim:int, output_dim:int, mode:str='mean', **kwargs):

@@ -12,7 +12,7 @@ def _init_(w): trunc_normal_(w.data, std=0.01)   # fastai's `Embedding` init
 def _width(bags, i): return bags.get(i, 1)
 
 def exporting() -> bool:
-    "Whether the model is being traced for export (`torch.export`, `torch.onnx.export`): bags then take the masked lookup."
+    "Whether the model is traced for export (`torch.export`, `torch.onnx.export`): bags then take a masked lookup."
     return torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()
 
 def _embedding(ni, nf, sparse=False):
@@ -28,8 +28,8 @@ def bag_lookup(codes, weight, mode='mean', sparse=False):
     return out / mask.sum(1, keepdim=True).clamp(min=1).to(out.dtype) if mode == 'mean' else out
 
 def masked_bag_lookup(codes, weight, mode='mean'):
-    """`bag_lookup` as a plain gather, a mask and a sum: the exported form. Exporters turn `embedding_bag` into a per-bag
-    `Loop` (hundreds of ms a batch in onnxruntime); this becomes Gather, Mul and ReduceSum (about 1 ms)."""
+    """`bag_lookup` as a plain gather, a mask and a sum: the exported form. Exporters turn `embedding_bag` into a
+    per-bag `Loop` (seconds a batch in onnxruntime); this one becomes Gather, Mul and ReduceSum."""
     mask = (codes >= 0).to(weight.dtype).unsqueeze(-1)
     out = (F.embedding(codes.clamp(min=0), weight) * mask).sum(-2)
     return out / mask.sum(-2).clamp(min=1) if mode == 'mean' else out

@@ -1,6 +1,6 @@
 """Run by tests/test_keras.py in a fresh process (KERAS_BACKEND is read once, when keras is imported): checks
 `as_keras_dataset`/`to_tf`/`bag_embedding` on MovieLens and trains a Keras model on them; prints a JSON report."""
-import json, os, sys
+import json
 import numpy as np, torch
 import keras
 from keras import ops
@@ -42,8 +42,8 @@ def main():
     tr.on_epoch_end()
     res['new_permutation'] = bool((tr.order != order).any() and (tr.order.sort().values == torch.arange(24_000)).all())
     # validation batches: the rows in order, every row once
-    res['valid_in_order'] = bool(np.array_equal(np.concatenate([np_(va[i][0]['movieId'])[:, 0] for i in range(len(va))]),
-                                                to.valid.packed()[0][:, 1].numpy()))
+    ids = np.concatenate([np_(va[i][0]['movieId'])[:, 0] for i in range(len(va))])
+    res['valid_in_order'] = bool(np.array_equal(ids, to.valid.packed()[0][:, 1].numpy()))
     if backend == 'tensorflow':   # to_tf on a loader batch: strided views, made contiguous, through DLPack
         import tensorflow as tf
         b = dls.valid.one_batch()
@@ -55,7 +55,8 @@ def main():
     bag = bag_embedding(len(to.classes['genres']), 4)
     out = np_(bag(x['genres']))
     w = torch.as_tensor(np_(bag.embedding.embeddings))
-    res['bag_matches_torch'] = bool(np.allclose(out, masked_bag_lookup(torch.as_tensor(np_(x['genres'])), w).numpy(), atol=1e-6))
+    ref = masked_bag_lookup(torch.as_tensor(np_(x['genres'])), w).numpy()
+    res['bag_matches_torch'] = bool(np.allclose(out, ref, atol=1e-6))
 
     # embeddings + a masked bag mean + dense, trained with fit
     ins = keras_inputs(dls.train)

@@ -10,7 +10,7 @@ ort = pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
 
 def _movielens(genres_as_list):
-    "20,000 MovieLens 100K ratings in time order (plus the 15 of movies with no release year), a float and a bool column."
+    "20,000 MovieLens 100K ratings in time order (and the 15 of movies with no release year), a float and a bool cat."
     df = load_movielens_100k(genres_as_list=genres_as_list)
     df['release_year'] = pd.to_numeric(df.release_year, errors='coerce')   # 'unkonwn' and 'V' are missing
     df = df[(df.index < 20_000) | df.release_year.isna()].reset_index(drop=True)
@@ -142,6 +142,22 @@ def test_export_model_torch_export(clas, tmp_path):
             torch.testing.assert_close(m(b[0][:n], b[1][:n]), ref, atol=1e-6, rtol=0)
             torch.testing.assert_close(ep.module()(b[0][:n], b[1][:n]), ref, atol=1e-6, rtol=0)
 
+def test_onnx_stock_fastai_learner(tmp_path):
+    "A learner of fastai's own TabularPandas and tabular_learner exports too (Adult census, NaN in a cont and in cats)."
+    from fastai.tabular.all import Categorify as FastaiCategorify, TabularPandas, tabular_learner as fastai_learner
+    from fastai_gpu_tabular.all import load_adult
+    df = load_adult().iloc[:8000]
+    df.loc[df.index[::7], 'age'] = np.nan
+    to = TabularPandas(df.iloc[:7000], procs=[FastaiCategorify, FillMissing, Normalize], y_names='income',
+                       cat_names=['workclass', 'education', 'occupation', 'educational-num'],
+                       cont_names=['age', 'fnlwgt', 'hours-per-week'],
+                       splits=(list(range(6000)), list(range(6000, 7000))))
+    torch.manual_seed(0)
+    learn = fastai_learner(to.dataloaders(bs=512), layers=[32])
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    out,preds,_ = _both(learn, export_onnx(learn, tmp_path/'adult.onnx'), df.iloc[7000:])
+    np.testing.assert_allclose(out, preds, atol=1e-5, rtol=0)
+
 def test_onnx_export_errors(clas, tmp_path):
     learn, path, rows = clas
     with pytest.raises(KeyError, match="'occupation'"): onnx_inputs(rows.drop(columns='occupation'), path)
@@ -149,13 +165,14 @@ def test_onnx_export_errors(clas, tmp_path):
     # categories ONNX's LabelEncoder has no key type for: a clear error naming the column, before the model export
     df = _movielens(genres_as_list=False).iloc[:3000]
     df['day'] = pd.to_datetime(df.timestamp, unit='s').dt.normalize()
-    to = TabularGPU(df, procs=[Categorify, Normalize], cat_names=['user_id', 'day'], cont_names=['age'], y_names='liked',
-                    splits=(list(range(2500)), list(range(2500, 3000))))
+    to = TabularGPU(df, procs=[Categorify, Normalize], cat_names=['user_id', 'day'], cont_names=['age'],
+                    y_names='liked', splits=(list(range(2500)), list(range(2500, 3000))))
     learn = tabular_learner(to.dataloaders(bs=512), layers=[8])
-    with pytest.raises(TypeError, match="cat column 'day' has categories of type"): export_onnx(learn, tmp_path/'x.onnx')
+    with pytest.raises(TypeError, match="cat column 'day' has categories of type"):
+        export_onnx(learn, tmp_path/'x.onnx')
 
 def _model_config_pb2():
-    "Triton's ModelConfig message, from an installed `tritonclient` (its grpc package is not imported: no grpcio needed)."
+    "Triton's ModelConfig message, from an installed `tritonclient` (its grpc package is not imported: no grpcio)."
     spec = importlib.util.find_spec('tritonclient')
     if spec is None: pytest.skip('tritonclient is not installed (`pip install --no-deps tritonclient`): '
                                  "Triton's config schema is unavailable")
@@ -181,3 +198,14 @@ def test_export_triton_config_parses(clas, tmp_path):
     assert all(list(i.dims) == [1] and list(i.reshape.shape) == [] for i in cfg.input)
     assert cfg.output[0].name == 'preds' and list(cfg.output[0].dims) == [2]
     assert (d/'labels.txt').read_text().split() == list(learn.dls.vocab)
+
+@pytest.mark.slow
+def test_deploy_bench_suite_small():
+    "The `deploy` bench suite end to end on a few rows: the three paths agree, and the embedding_bag export is a Loop."
+    from fastai_gpu_tabular.bench.cli import SUITES
+    from fastai_gpu_tabular.bench.deploy import deploy_suite, format_table
+    res = deploy_suite(n_train=4000, n_infer=500, n_predict=3, bs=256, reps=1)
+    assert 'deploy' in SUITES and res['max_abs_diff'] < 1e-5 and res['bag_export']['max_abs_diff'] < 1e-5
+    assert res['bag_export']['embedding_bag']['loop'] and not res['bag_export']['masked']['loop']
+    assert all(res[k] > 0 for k in res if k.endswith('rows_per_s'))
+    assert 'learn.predict' in format_table(res)

