@@ -20,11 +20,10 @@ def to_tf(batch):
     return _one(batch)
 
 def _columns(to) -> list:
-    "`(name, start, stop, kind)` of each column in the packed `(cats, conts)`: kind 'cat', 'bag' or 'cont'."
+    "`(name, start, stop, kind)` of each column in the packed `(cats, conts)`: 'cat' (multi-hot blocks too) or 'cont'."
     widths = to.cat_widths() if hasattr(to, 'cat_widths') else [1] * len(to.cat_names)
     starts = np.cumsum([0] + widths)
-    bags = getattr(to, 'bag_widths', {})
-    return ([(n, int(a), int(b), 'bag' if n in bags else 'cat') for n,a,b in zip(to.cat_names, starts[:-1], starts[1:])]
+    return ([(n, int(a), int(b), 'cat') for n,a,b in zip(to.cat_names, starts[:-1], starts[1:])]
             + [(n, j, j+1, 'cont') for j,n in enumerate(to.cont_names)])
 
 def _to_backend(backend):
@@ -42,7 +41,6 @@ def _dataset_cls():
         def __init__(self, dl):
             super().__init__()
             self.dl,self.cols,self.convert = dl,_columns(dl.dataset),_to_backend(keras.backend.backend())
-            self.y_names = list(dl.dataset.y_names) if dl.dataset.has_y else []
             self.order = dl._own_order()   # the loader's own: a permutation, a weighted draw, or None (in order)
 
         @property
@@ -56,8 +54,7 @@ def _dataset_cls():
             if not 0 <= i < self.num_batches: raise IndexError(f"batch {i} of {self.num_batches}")
             a,b = i * self.dl.bs, min((i + 1) * self.dl.bs, self.dl.n)
             cats,conts,*ys = _gather(*self.dl.rows, slice(a, b) if self.order is None else self.order[a:b])
-            x = {n: (cats if kind != 'cont' else conts)[:, s:e] for n,s,e,kind in self.cols}
-            x = self.convert(x)
+            x = self.convert({n: (cats if kind == 'cat' else conts)[:, s:e] for n,s,e,kind in self.cols})
             return (x, self.convert(ys[0])) if ys else (x,)
 
         def on_epoch_end(self): self.order = self.dl._own_order()
@@ -70,7 +67,8 @@ def as_keras_dataset(dl):
     targets [bs, n_y]. On Keras' torch backend the tensors are views of the batch's one gather (zero-copy); on the
     TensorFlow backend they go to TF through DLPack (`to_tf`); on others through NumPy. Keras' TensorFlow trainer
     feeds any PyDataset through `tf.data.Dataset.from_generator`, which copies through NumPy: for batches that stay on
-    the device there, write a custom loop over `dl` with `to_tf`."""
+    the device there, write the loop (`for x,y in ds: ...`, then `ds.on_epoch_end()`), or use `to_tf` on `dl`'s own
+    batches."""
     return _dataset_cls()(dl)
 
 def keras_inputs(dl) -> dict:
