@@ -13,7 +13,8 @@ def _width(bags, i): return bags.get(i, 1)
 
 def exporting() -> bool:
     "Whether the model is traced for export (`torch.export`, `torch.onnx.export`): bags then take a masked lookup."
-    return torch.compiler.is_exporting() or torch.onnx.is_in_onnx_export()
+    is_exporting = getattr(torch.compiler, 'is_exporting', None)   # absent from older torch
+    return (is_exporting is not None and is_exporting()) or torch.onnx.is_in_onnx_export()
 
 def _embedding(ni, nf, sparse=False):
     "fastai's `Embedding`, with sparse gradients if asked."
