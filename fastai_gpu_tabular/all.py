@@ -9,3 +9,5 @@ from .model import *
 from .learner import *
 from .optimizer import *
 from .data import *
+from .export import *
+from .keras_loader import *

@@ -6,10 +6,15 @@ from fastai.layers import Embedding, trunc_normal_
 from fastai.tabular.model import TabularModel
 from fastai.torch_core import Module
 
-__all__ = ['bag_lookup', 'FusedEmbedding', 'TabularModelGPU']
+__all__ = ['bag_lookup', 'masked_bag_lookup', 'exporting', 'FusedEmbedding', 'TabularModelGPU']
 
 def _init_(w): trunc_normal_(w.data, std=0.01)   # fastai's `Embedding` init
 def _width(bags, i): return bags.get(i, 1)
+
+def exporting() -> bool:
+    "Whether the model is traced for export (`torch.export`, `torch.onnx.export`): bags then take a masked lookup."
+    is_exporting = getattr(torch.compiler, 'is_exporting', None)   # absent from older torch
+    return (is_exporting is not None and is_exporting()) or torch.onnx.is_in_onnx_export()
 
 def _embedding(ni, nf, sparse=False):
     "fastai's `Embedding`, with sparse gradients if asked."
@@ -23,13 +28,22 @@ def bag_lookup(codes, weight, mode='mean', sparse=False):
     out = F.embedding_bag(codes.clamp(min=0), weight, mode='sum', sparse=sparse, per_sample_weights=mask.to(weight.dtype))
     return out / mask.sum(1, keepdim=True).clamp(min=1).to(out.dtype) if mode == 'mean' else out
 
+def masked_bag_lookup(codes, weight, mode='mean'):
+    """`bag_lookup` as a plain gather, a mask and a sum: the exported form. Exporters turn `embedding_bag` into a
+    per-bag `Loop` (seconds a batch in onnxruntime); this one becomes Gather, Mul and ReduceSum."""
+    mask = (codes >= 0).to(weight.dtype).unsqueeze(-1)
+    out = (F.embedding(codes.clamp(min=0), weight) * mask).sum(-2)
+    return out / mask.sum(-2).clamp(min=1) if mode == 'mean' else out
+
 class _Bag(nn.Module):
     "One multi-hot column's table; `weight` under fastai's `embeds.{i}.weight` name."
     def __init__(self, ni, nf, mode='mean', sparse=False):
         super().__init__()
         self.weight,self.mode,self.sparse = nn.Parameter(torch.empty(ni, nf)),mode,sparse
         _init_(self.weight)
-    def forward(self, codes): return bag_lookup(codes, self.weight, self.mode, self.sparse)
+    def forward(self, codes):
+        if exporting(): return masked_bag_lookup(codes, self.weight, self.mode)
+        return bag_lookup(codes, self.weight, self.mode, self.sparse)
 
 class FusedEmbedding(Module):
     """All tables of one embedding width in one weight, with row offsets: one lookup kernel per width instead of one per
@@ -50,8 +64,11 @@ class FusedEmbedding(Module):
             self.register_buffer(f'slots{g}', torch.cat([torch.arange(starts[i], starts[i+1]) for i in cols]), persistent=False)
             self.register_buffer(f'offs{g}', torch.tensor([rows[k] for k,i in enumerate(cols) for _ in range(_width(self.bags, i))]),
                                  persistent=False)
-            firsts = torch.tensor([0] + [_width(self.bags, i) for i in cols]).cumsum(0)[:-1]
-            self.register_buffer(f'firsts{g}', firsts, persistent=False)
+            firsts = torch.tensor([0] + [_width(self.bags, i) for i in cols]).cumsum(0)
+            self.register_buffer(f'firsts{g}', firsts[:-1], persistent=False)
+            # which slots belong to which column (for the masked lookup of an export): [cols, slots], 0/1
+            col = torch.repeat_interleave(torch.arange(len(cols)), firsts.diff())
+            self.register_buffer(f'seg{g}', (torch.arange(len(cols))[:, None] == col).float(), persistent=False)
             self.groups.append(dict(cols=cols, rows=rows, pad=rows[-1], bags=any(i in self.bags for i in cols)))
             for k,i in enumerate(cols): pos[i] = feat + k*d
             feat += len(cols) * d
@@ -67,6 +84,9 @@ class FusedEmbedding(Module):
             if not grp['bags']:    # single-hot only: one plain gather
                 outs.append(F.embedding(slots + getattr(self, f'offs{g}'), w, sparse=self.sparse).flatten(1))
                 continue
+            if exporting():
+                outs.append(self._masked(slots, g, w))
+                continue
             bs,n = slots.shape
             idx = torch.where(slots >= 0, slots + getattr(self, f'offs{g}'), grp['pad']).flatten()
             offsets = (torch.arange(bs, device=x_cat.device)[:, None] * n + getattr(self, f'firsts{g}')).flatten()
@@ -75,6 +95,16 @@ class FusedEmbedding(Module):
             outs.append(out.view(bs, -1))
         x = torch.cat(outs, 1) if len(outs) > 1 else outs[0]
         return x if self.in_order else x[:, self.perm]
+
+    def _masked(self, slots, g, w):
+        "A group's bags as one gather, a mask and a sum per column (a matmul with the slots-to-columns matrix)."
+        mask = (slots >= 0).to(w.dtype)
+        idx = torch.where(slots >= 0, slots + getattr(self, f'offs{g}'), self.groups[g]['pad'])
+        emb = F.embedding(idx, w) * mask.unsqueeze(-1)                                                # [bs, slots, d]
+        seg = getattr(self, f'seg{g}').to(w.dtype)
+        out = torch.matmul(seg, emb)                                                                  # [bs, cols, d]
+        if self.mode == 'mean': out = out / torch.matmul(mask, seg.t()).clamp(min=1).unsqueeze(-1)
+        return out.flatten(1)
 
     def column_weights(self) -> list:
         "Each column's table, in column order (views of the fused weights, padding row excluded)."

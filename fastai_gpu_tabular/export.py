@@ -1,0 +1,312 @@
+"""Deployment: a learner as one ONNX graph from raw columns to `get_preds`' output (the procs' learned state as ONNX
+ops, merged with the model), the model alone through `torch.export`, and a Triton model repository."""
+from __future__ import annotations
+
+import copy, json, warnings
+from contextlib import contextmanager
+from pathlib import Path
+import numpy as np, pandas as pd, torch, torch.nn as nn
+from fastai.data.transforms import Categorize, Normalize, RegressionSetup, EncodedMultiCategorize, MultiCategorize
+from fastai.tabular import core as fatc
+from fastai.tabular.core import FillMissing
+from fastcore.basics import noop
+
+__all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
+
+NA_STRING = '#na#'   # what a client sends for a missing string: ONNX string tensors cannot hold a null
+_OPSET, _ML_OPSET = 20, 4   # StringSplit is opset 20; LabelEncoder with double keys is ai.onnx.ml 4
+_META = 'fastai_gpu_tabular.'
+
+@contextmanager
+def _quiet_export():
+    "torch's exporters warn about their internals (a deprecated pytree check, dynamic-axis renaming): not the user's."
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='.*LeafSpec.*', category=FutureWarning)
+        warnings.filterwarnings('ignore', message='# The axis name', category=UserWarning)
+        yield
+
+class PredsModel(nn.Module):
+    """A tabular model as `get_preds` runs it: cat codes cast to long in the graph (an int32 input, as the loader
+    yields, otherwise makes the dynamo export unloadable: Concat of int32 and int64), then the loss's activation."""
+    def __init__(self, model, act=noop, has_cat=True, has_cont=True):
+        super().__init__()
+        self.model,self.act,self.has_cat,self.has_cont = model,act,has_cat,has_cont
+    def forward(self, *xs):
+        x_cat = xs[0].long() if self.has_cat else None
+        x_cont = xs[-1] if self.has_cont else None
+        return self.act(self.model(x_cat, x_cont))
+
+def _preds_model(learn):
+    "A CPU float32 copy of `learn.model` in eval mode inside `PredsModel`, and example inputs `(x_cat int32, x_cont)`."
+    to = learn.dls.train_ds
+    n_cat,n_cont = sum(_cat_widths(to)),len(to.cont_names)
+    model = copy.deepcopy(learn.model).float().cpu().eval()
+    act = getattr(learn.loss_func, 'activation', noop)
+    xs = (torch.zeros(2, n_cat, dtype=torch.int32),)*(n_cat > 0) + (torch.zeros(2, n_cont),)*(n_cont > 0)
+    return PredsModel(model, act, n_cat > 0, n_cont > 0).eval(), xs
+
+def _target_vocab(learn):
+    "A classifier's classes (the target's Categorize vocab), else None."
+    to = learn.dls.train_ds
+    return getattr(learn.dls, 'vocab', None) if any(isinstance(t, Categorize) for t in to.procs.fs) else None
+
+def _input_names(xs, has_cat): return ['x_cat', 'x_cont'] if len(xs) == 2 else ['x_cat' if has_cat else 'x_cont']
+
+def export_model(learn, path=None, batch=None):
+    """`torch.export` of `learn.model` with `get_preds`' activation, a dynamic batch dimension, and multi-hot bags as
+    the masked lookup. `batch`: an example `(x_cat, x_cont, ...)` (cloned: loader batches are views of one packed
+    storage, which `torch.export.save` refuses); default zeros. Saved to `path` (a .pt2) if given."""
+    pm,xs = _preds_model(learn)
+    if batch is not None: xs = tuple(t.detach().cpu().clone() for t,k in zip(batch[:2], (pm.has_cat, pm.has_cont)) if k)
+    dim = torch.export.Dim('batch')
+    with _quiet_export(): ep = torch.export.export(pm, xs, dynamic_shapes=(tuple({0: dim} for _ in xs),))
+    if path is not None: torch.export.save(ep, path)
+    return ep
+
+# --- the procs as ONNX ops ------------------------------------------------------------------------------------------
+def _cat_widths(to): return to.cat_widths() if hasattr(to, 'cat_widths') else [1] * len(to.cat_names)
+
+def _procs(to) -> dict:
+    "The procs by kind; anything but fastai's Categorify/FillMissing/Normalize and the target's procs is an error."
+    res,other = {},[]
+    for t in to.procs.fs:
+        if isinstance(t, fatc.Categorify): res['cat'] = t
+        elif isinstance(t, FillMissing): res['fill'] = t
+        elif isinstance(t, Normalize): res['norm'] = t
+        elif not isinstance(t, (Categorize, RegressionSetup, MultiCategorize, EncodedMultiCategorize)): other.append(t)
+    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing and Normalize, not "
+                              f"{[type(t).__name__ for t in other]}")
+    return res
+
+def _key_type(name, values) -> str:
+    "'string', 'int64' (ints and bools) or 'double': the LabelEncoder key type of a vocabulary, or an error."
+    if all(isinstance(v, str) for v in values): return 'string'   # an empty vocabulary too
+    if all(isinstance(v, (bool, int, np.bool_, np.integer)) for v in values): return 'int64'
+    if all(isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating)) for v in values): return 'double'
+    kinds = sorted({type(v).__name__ for v in values})
+    raise TypeError(f"cat column {name!r} has categories of type {kinds}: export_onnx encodes strings, integers, "
+                    "floats and bools; convert the column (e.g. to str) before building the TabularGPU")
+
+class _Graph:
+    "An ONNX graph under construction: `op` adds a node and returns its output's name, `const` an initializer's."
+    def __init__(self): self.nodes,self.inits,self.inputs,self.n = [],[],[],0
+    def name(self):
+        self.n += 1
+        return f'fgt/{self.n}'
+    def const(self, a):
+        from onnx import numpy_helper
+        self.inits.append(numpy_helper.from_array(np.asarray(a), self.name()))
+        return self.inits[-1].name
+    def op(self, op_type, *ins, n_out=1, **attrs):
+        from onnx import helper
+        outs = [self.name() for _ in range(n_out)]
+        domain = 'ai.onnx.ml' if op_type == 'LabelEncoder' else ''
+        self.nodes.append(helper.make_node(op_type, list(ins), outs, domain=domain, **attrs))
+        return outs if n_out > 1 else outs[0]
+    def input(self, name, elem_type):
+        from onnx import helper
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, ['batch']))
+        return name
+
+    def encode(self, x, vocab, kind):
+        "Codes of `x` against `vocab` (fastai's: position + 1), 0 (`#na#`) for anything else."
+        from onnx import helper, TensorProto as T
+        tt = {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind]
+        cast = {'string': str, 'int64': int, 'double': float}[kind]
+        keys = [cast(v) for v in vocab] or [NA_STRING if kind == 'string' else 0]   # LabelEncoder needs one key
+        vals = list(range(1, len(vocab) + 1)) or [0]
+        return self.op('LabelEncoder', x, keys_tensor=helper.make_tensor('keys', tt, [len(keys)], keys),
+                       values_tensor=helper.make_tensor('values', T.INT64, [len(vals)], vals),
+                       default_tensor=helper.make_tensor('default', T.INT64, [1], [0]))
+
+    def bag(self, x, vocab, kind, sep, width, empty_is_element):
+        """A multi-hot string column: split on `sep`, encode, pad with -1 or cut to `width` slots. Python splits '' into
+        [''] (one element), ONNX's StringSplit into none: `empty_is_element` restores Python's count."""
+        y,z = self.op('StringSplit', x, n_out=2, delimiter=sep)
+        if empty_is_element: z = self.op('Max', z, self.const(np.int64(1)))
+        codes = self.encode(y, vocab, kind)
+        # padding past the split's own columns: the code of '' (an element when the row is '')
+        empty = vocab.index('') + 1 if '' in vocab else 0
+        codes = self.op('Pad', codes, self.const(np.array([0, 0, 0, width], np.int64)), self.const(np.int64(empty)))
+        codes = self.op('Slice', codes, self.const(np.array([0], np.int64)), self.const(np.array([width], np.int64)),
+                        self.const(np.array([1], np.int64)))
+        keep = self.op('Less', self.const(np.arange(width, dtype=np.int64)), self.column(z))
+        return self.op('Where', keep, codes, self.const(np.int64(-1)))
+
+    def column(self, x): return self.op('Unsqueeze', x, self.const(np.array([1], np.int64)))
+
+def _bag_sep(to, name, list_sep) -> tuple:
+    "`(separator, empty_is_element)` of a multi-hot column: its own for strings, `list_sep` for list columns."
+    sep = to.multi_hot[name]
+    return (sep, True) if sep is not None else (list_sep, False)
+
+def _procs_graph(to, list_sep='|'):
+    """The procs of `to` as an ONNX graph: one input per raw column (strings, int64 or double), outputs `x_cat` (int64
+    codes, multi-hot columns as -1-padded slots) and `x_cont` (float32), as the packed rows hold them. Returns
+    `(graph, columns)`, `columns` being {input: {'type', 'kind'[, 'sep']}}."""
+    from onnx import helper, TensorProto as T
+    procs,g = _procs(to),_Graph()
+    cat,fill,norm = procs.get('cat'),procs.get('fill'),procs.get('norm')
+    na_dict = fill.na_dict if fill is not None else {}
+    flags = {f'{n}_na': n for n in na_dict} if fill is not None and fill.add_col else {}
+    mh = getattr(to, 'multi_hot', {})
+    cols,conts,flag_x = {},[],{}
+    for n in to.cont_names:
+        x = g.input(n, T.DOUBLE)
+        cols[n] = {'type': 'double', 'kind': 'cont'}
+        if n in na_dict:   # FillMissing: the flag from IsNaN, the fill by Where
+            isna = g.op('IsNaN', x)
+            flag_x[f'{n}_na'] = g.op('Cast', isna, to=T.INT64)
+            x = g.op('Where', isna, g.const(np.float64(na_dict[n])), x)
+        if norm is not None:
+            x = g.op('Div', g.op('Sub', x, g.const(np.float64(norm.means[n]))), g.const(np.float64(norm.stds[n])))
+        conts.append(g.column(g.op('Cast', x, to=T.FLOAT)))
+    if cat is None and len(to.cat_names):
+        raise TypeError("export_onnx encodes cat columns with Categorify's vocabularies: add Categorify to procs")
+    cats = []
+    for n,w in zip(to.cat_names, _cat_widths(to)):
+        vocab = list(cat.classes[n].items[1:])
+        if n in mh:
+            sep,empty = _bag_sep(to, n, list_sep)
+            kind = _key_type(n, vocab)
+            if kind == 'double':
+                raise TypeError(f"multi-hot column {n!r} holds floats: export_onnx encodes strings and ints there")
+            bad = [v for v in vocab if sep in str(v)]
+            if bad: raise ValueError(f"multi-hot column {n!r} has elements containing the separator {sep!r}, e.g. "
+                                     f"{bad[:3]}: pass another `list_sep`")
+            cats.append(g.bag(g.input(n, T.STRING), [str(v) for v in vocab], 'string', sep, w, empty))
+            cols[n] = {'type': 'string', 'kind': 'multi_hot', 'sep': sep, 'lists': not empty}
+            continue
+        kind = _key_type(n, vocab)
+        if n in flags: x = flag_x[n]
+        else:
+            x = g.input(n, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
+            cols[n] = {'type': kind, 'kind': 'cat'}
+        cats.append(g.column(g.encode(x, vocab, kind)))
+    outs = []
+    for name,blocks,tt in (('x_cat', cats, T.INT64), ('x_cont', conts, T.FLOAT)):
+        if not blocks: continue
+        x = g.op('Concat', *blocks, axis=1) if len(blocks) > 1 else blocks[0]
+        g.nodes.append(helper.make_node('Identity', [x], [f'fgt/{name}']))
+        outs.append(helper.make_tensor_value_info(f'fgt/{name}', tt, ['batch', sum(_cat_widths(to)) if name == 'x_cat'
+                                                                       else len(to.cont_names)]))
+    return helper.make_graph(g.nodes, 'fastai_gpu_tabular_procs', g.inputs, outs, initializer=g.inits), cols
+
+def _rename_output(model, old, new):
+    for node in model.graph.node: node.output[:] = [new if o == old else o for o in node.output]
+    for o in model.graph.output:
+        if o.name == old: o.name = new
+
+def export_onnx(learn, path, list_sep:str='|', procs:bool=True, opset:int=_OPSET):
+    """Write `learn` as one ONNX file from raw columns to predictions: the procs' learned state as ONNX ops (Categorify
+    -> LabelEncoder, unseen -> 0 '#na#'; a multi-hot string column -> StringSplit, padded with -1 or cut to its slots;
+    FillMissing -> IsNaN/Where and the `_na` flag; Normalize -> Sub/Div) merged with the model, whose multi-hot bags
+    export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64 (integer and bool
+    categories), double (continuous and float categories; NaN is missing); a list column as its elements joined by
+    `list_sep`. The output `preds` is what `get_preds` returns: probabilities, or the (y_range-scaled) values.
+    `onnx_inputs(df, path)` makes the inputs from a frame. `procs=False`: the model alone, on the loader's batches
+    (`x_cat` int32, `x_cont` float32). Returns `path`."""
+    import onnx
+    from onnx import helper
+    to = learn.dls.train_ds
+    pm,xs = _preds_model(learn)
+    names = _input_names(xs, pm.has_cat)
+    if procs:
+        bad = [n for n in list(to.cat_names) + list(to.cont_names) if not isinstance(n, str)]
+        if bad: raise TypeError(f"export_onnx names each ONNX input after its column: names {bad} must be strings")
+        graph,cols = _procs_graph(to, list_sep)
+        if 'preds' in cols: raise ValueError("a column named 'preds' would clash with the ONNX output: rename it")
+        xs = tuple(x.long() if n == 'x_cat' else x for n,x in zip(names, xs))   # what the procs graph gives
+    dim = torch.export.Dim('batch')
+    with _quiet_export():
+        prog = torch.onnx.export(pm, xs, input_names=names, output_names=['preds'], opset_version=opset, dynamo=True,
+                                 dynamic_shapes=(tuple({0: dim} for _ in xs),), external_data=False, verbose=False)
+    model = prog.model_proto
+    vocab = _target_vocab(learn)
+    meta = {'y_names': list(to.y_names), 'vocab': None if vocab is None else [str(v) for v in vocab]}
+    if procs:
+        ops = {o.domain: o.version for o in model.opset_import}
+        pre = helper.make_model(graph, ir_version=model.ir_version, opset_imports=[
+            helper.make_opsetid('', ops.get('', opset)), helper.make_opsetid('ai.onnx.ml', _ML_OPSET)])
+        model = onnx.compose.merge_models(pre, model, io_map=[(f'fgt/{n}', n) for n in names], prefix2='model/')
+        _rename_output(model, 'model/preds', 'preds')
+        meta.update(columns=cols, na_string=NA_STRING)
+    helper.set_model_props(model, {_META + k: json.dumps(v) for k,v in meta.items()})
+    onnx.checker.check_model(model)
+    big = sum(t.ByteSize() for t in model.graph.initializer) > 2**31 - 2**26   # protobuf's 2 GiB limit
+    onnx.save_model(model, str(path), save_as_external_data=big)
+    return Path(path)
+
+# --- the client side ----------------------------------------------------------------------------------------------
+def _session(model):
+    import onnxruntime as ort
+    if isinstance(model, ort.InferenceSession): return model
+    return ort.InferenceSession(str(model), providers=['CPUExecutionProvider'])
+
+def onnx_inputs(df:pd.DataFrame, model) -> dict:
+    """The inputs of an `export_onnx` file (a path or an `onnxruntime.InferenceSession`) from a pandas frame of raw
+    rows, as a client would make them: missing strings -> '#na#', list columns joined, bools and ints as int64 (a
+    missing one -> an integer no vocabulary holds), numbers as float64 with NaN."""
+    meta = {k[len(_META):]: json.loads(v) for k,v in _session(model).get_modelmeta().custom_metadata_map.items()
+            if k.startswith(_META)}
+    res = {}
+    for n,c in meta['columns'].items():
+        if n not in df.columns: raise KeyError(f"column {n!r}, an input of the ONNX model, is not in the frame")
+        col = df[n]
+        if c['type'] == 'string':
+            v = col.to_numpy(dtype=object, na_value=None)
+            if c.get('lists'):
+                v = np.array([c['sep'].join(map(str, o)) if isinstance(o, (list, tuple, np.ndarray)) else o for o in v],
+                             dtype=object)
+            na = pd.isna(v)
+            if any(not isinstance(o, str) for o in v[~na]):
+                raise TypeError(f"column {n!r} is a string input of the ONNX model but holds non-strings, e.g. "
+                                f"{next(o for o in v[~na] if not isinstance(o, str))!r}")
+            v[na] = meta['na_string']
+            res[n] = v
+        elif c['type'] == 'int64':
+            try: v = col.astype('Int64')
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"column {n!r} is an int64 input of the ONNX model: {e}") from None
+            res[n] = v.fillna(np.iinfo(np.int64).min).to_numpy(np.int64)
+        else: res[n] = pd.to_numeric(col).to_numpy(dtype=np.float64, na_value=np.nan)
+    return res
+
+# --- Triton -------------------------------------------------------------------------------------------------------
+def _triton_type(vi) -> str:
+    "Triton's data type of an ONNX input or output."
+    from onnx import TensorProto as T
+    return {T.STRING: 'TYPE_STRING', T.INT64: 'TYPE_INT64', T.DOUBLE: 'TYPE_FP64', T.INT32: 'TYPE_INT32',
+            T.FLOAT: 'TYPE_FP32'}[vi.type.tensor_type.elem_type]
+
+def export_triton(learn, repo, name:str='fastai_tabular', version:int=1, max_batch_size:int=65536, **kwargs):
+    """A model repository for Triton's onnxruntime backend: `repo/name/config.pbtxt`, `repo/name/<version>/model.onnx`
+    (`export_onnx`'s file; `kwargs` go there) and, for a classifier, `labels.txt` (the target's vocab, for Triton's
+    classification extension). Each input is a batched column: `dims: [1]` reshaped to the graph's 1-D input, strings
+    as TYPE_STRING; the output `preds` is `[batch, n_out]`. Returns the model's folder."""
+    import onnx
+    d = Path(repo)/name
+    (d/str(version)).mkdir(parents=True, exist_ok=True)
+    path = export_onnx(learn, d/str(version)/'model.onnx', **kwargs)
+    g = onnx.load(str(path), load_external_data=False).graph
+    out = g.output[0]
+    n_out = out.type.tensor_type.shape.dim[1].dim_value
+    vocab = _target_vocab(learn)
+    if vocab is not None: (d/'labels.txt').write_text(''.join(f'{v}\n' for v in vocab))
+    batched = lambda vi: len(vi.type.tensor_type.shape.dim) == 1   # a raw column: [batch]
+    ins = ',\n'.join(f'  {{ name: {json.dumps(i.name)} data_type: {_triton_type(i)} '
+                     + ('dims: [ 1 ] reshape: { shape: [ ] } }' if batched(i) else
+                        f'dims: [ {i.type.tensor_type.shape.dim[1].dim_value} ] }}') for i in g.input)
+    label = ' label_filename: "labels.txt"' if vocab is not None else ''
+    (d/'config.pbtxt').write_text(f'''name: {json.dumps(name)}
+backend: "onnxruntime"
+max_batch_size: {max_batch_size}
+input [
+{ins}
+]
+output [
+  {{ name: {json.dumps(out.name)} data_type: {_triton_type(out)} dims: [ {n_out} ]{label} }}
+]
+dynamic_batching {{ }}
+''')
+    return d

@@ -1,0 +1,104 @@
+"""Keras 3 and TensorFlow on the packed rows: a `keras.utils.PyDataset` for `fit` (one gather a batch, a new
+permutation an epoch), batches as TF tensors through DLPack, and the inputs and bag layer a Keras model needs."""
+from __future__ import annotations
+
+import functools
+import numpy as np
+
+from .loader import _gather
+
+__all__ = ['to_tf', 'as_keras_dataset', 'keras_inputs', 'bag_embedding']
+
+def to_tf(batch):
+    """Torch tensors (a tensor, or a tuple/list/dict of them) as TensorFlow tensors through DLPack: no copy through
+    the host, on the tensors' own device. Loader batches are strided views of the packed rows, which TF rejects:
+    each is made `.contiguous()` first (a copy on the device only when it is a view)."""
+    import tensorflow as tf
+    def _one(t): return tf.experimental.dlpack.from_dlpack(t.contiguous().__dlpack__())
+    if isinstance(batch, dict): return {k: _one(v) for k,v in batch.items()}
+    if isinstance(batch, (tuple, list)): return type(batch)(_one(t) for t in batch)
+    return _one(batch)
+
+def _columns(to) -> list:
+    "`(name, start, stop, kind)` of each column in the packed `(cats, conts)`: 'cat' (multi-hot blocks too) or 'cont'."
+    widths = to.cat_widths() if hasattr(to, 'cat_widths') else [1] * len(to.cat_names)
+    starts = np.cumsum([0] + widths)
+    return ([(n, int(a), int(b), 'cat') for n,a,b in zip(to.cat_names, starts[:-1], starts[1:])]
+            + [(n, j, j+1, 'cont') for j,n in enumerate(to.cont_names)])
+
+def _to_backend(backend):
+    "How a batch's torch tensors reach Keras: as they are (torch), through DLPack (tensorflow), else through NumPy."
+    if backend == 'torch': return lambda d: d
+    if backend == 'tensorflow': return to_tf
+    return lambda d: {k: v.cpu().numpy() for k,v in d.items()} if isinstance(d, dict) else d.cpu().numpy()
+
+@functools.cache
+def _dataset_cls():
+    import keras
+    class TabularPyDataset(keras.utils.PyDataset):
+        """A `BatchDataLoader`'s rows as a Keras `PyDataset`: batch `i` is one gather of the packed rows (a slice when
+        not shuffled), split into a dict of column views; `on_epoch_end` draws the next permutation."""
+        def __init__(self, dl):
+            super().__init__()
+            self.dl,self.cols,self.convert = dl,_columns(dl.dataset),_to_backend(keras.backend.backend())
+            self.order = dl._own_order()   # the loader's own: a permutation, a weighted draw, or None (in order)
+
+        @property
+        def num_batches(self):
+            n = self.dl.n
+            return n // self.dl.bs if self.dl.drop_last else -(-n // self.dl.bs)
+
+        def __len__(self): return self.num_batches
+
+        def __getitem__(self, i):
+            if not 0 <= i < self.num_batches: raise IndexError(f"batch {i} of {self.num_batches}")
+            a,b = i * self.dl.bs, min((i + 1) * self.dl.bs, self.dl.n)
+            cats,conts,*ys = _gather(*self.dl.rows, slice(a, b) if self.order is None else self.order[a:b])
+            x = self.convert({n: (cats if kind == 'cat' else conts)[:, s:e] for n,s,e,kind in self.cols})
+            return (x, self.convert(ys[0])) if ys else (x,)
+
+        def on_epoch_end(self): self.order = self.dl._own_order()
+    return TabularPyDataset
+
+def as_keras_dataset(dl):
+    """A `keras.utils.PyDataset` over a `BatchDataLoader`'s packed rows, for `model.fit(as_keras_dataset(dls.train),
+    validation_data=as_keras_dataset(dls.valid))`. Each batch is `(x, y)`: `x` a dict of one tensor per column ([bs, 1]
+    codes for a cat, [bs, slots] codes padded with -1 for a multi-hot column, [bs, 1] float32 for a cont), `y` the
+    targets [bs, n_y]. On Keras' torch backend the tensors are views of the batch's one gather (zero-copy); on the
+    TensorFlow backend they go to TF through DLPack (`to_tf`); on others through NumPy. Keras' TensorFlow trainer
+    feeds any PyDataset through `tf.data.Dataset.from_generator`, which copies through NumPy: for batches that stay on
+    the device there, write the loop (`for x,y in ds: ...`, then `ds.on_epoch_end()`), or use `to_tf` on `dl`'s own
+    batches."""
+    return _dataset_cls()(dl)
+
+def keras_inputs(dl) -> dict:
+    "`keras.Input`s matching `as_keras_dataset(dl)`'s batches, by column name: int32 codes and float32 values."
+    import keras
+    return {n: keras.Input(shape=(e - s,), dtype='float32' if kind == 'cont' else 'int32', name=n)
+            for n,s,e,kind in _columns(dl.dataset)}
+
+@functools.cache
+def _bag_cls():
+    import keras
+    from keras import ops
+    class BagEmbedding(keras.layers.Layer):
+        "Embeddings of a multi-hot column's slots (codes padded with -1), summed or averaged over the codes present."
+        def __init__(self, input_dim, output_dim, mode='mean', **kwargs):
+            super().__init__(**kwargs)
+            if mode not in ('mean', 'sum'): raise ValueError(f"mode must be 'mean' or 'sum', not {mode!r}")
+            self.input_dim,self.output_dim,self.mode = input_dim,output_dim,mode
+            init = keras.initializers.TruncatedNormal(stddev=0.01)   # fastai's Embedding init
+            self.embedding = keras.layers.Embedding(input_dim, output_dim, embeddings_initializer=init)
+        def call(self, codes):
+            mask = ops.expand_dims(ops.cast(codes >= 0, self.compute_dtype), -1)
+            out = ops.sum(self.embedding(ops.maximum(codes, 0)) * mask, axis=1)
+            return out / ops.maximum(ops.sum(mask, axis=1), 1.) if self.mode == 'mean' else out
+        def get_config(self):
+            return {**super().get_config(), 'input_dim': self.input_dim, 'output_dim': self.output_dim,
+                    'mode': self.mode}
+    return BagEmbedding
+
+def bag_embedding(input_dim:int, output_dim:int, mode:str='mean', **kwargs):
+    """A Keras layer embedding a multi-hot column's [bs, slots] codes (-1 = padding) as the mean or sum of the codes'
+    embeddings: what `TabularModelGPU` does with `bag_mode`."""
+    return _bag_cls()(input_dim, output_dim, mode, **kwargs)

@@ -1,0 +1,211 @@
+"""`export_onnx`: one ONNX graph from raw columns reproduces `get_preds` on held-out MovieLens rows (unseen users and
+movies, NaN conts, null strings, a multi-hot column); `export_model` (torch.export); `export_triton`'s config."""
+import importlib.util, warnings
+import numpy as np, pandas as pd, pytest, torch
+from fastai.tabular.all import FillMissing, Normalize, load_learner
+from fastai_gpu_tabular.all import Categorify, TabularGPU, tabular_learner, load_movielens_100k
+from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
+
+ort = pytest.importorskip('onnxruntime')
+pytest.importorskip('onnxscript')
+
+def _movielens(genres_as_list):
+    "20,000 MovieLens 100K ratings in time order (and the 15 of movies with no release year), a float and a bool cat."
+    df = load_movielens_100k(genres_as_list=genres_as_list)
+    df['release_year'] = pd.to_numeric(df.release_year, errors='coerce')   # 'unkonwn' and 'V' are missing
+    df = df[(df.index < 20_000) | df.release_year.isna()].reset_index(drop=True)
+    df['decade'] = df.release_year // 10 * 10   # a float category, NaN included
+    df['male'] = df.gender == 'M'                # a bool category
+    df['liked'] = np.where(df.rating > 3, 'yes', 'no')
+    df['rating'] = df.rating.astype('float32')
+    return df
+
+def _held_out(df, cut, genre_col):
+    "The rows after `cut` (later in time: new users and movies), with missing values a client would send."
+    rows = df.iloc[cut:].copy()
+    i = rows.index
+    rows.loc[i[:5], 'release_year'] = np.nan
+    rows.loc[i[:5], 'decade'] = np.nan
+    rows.loc[i[5:8], 'occupation'] = None
+    if genre_col == 'string':
+        rows.loc[i[8], 'genres'] = ''                                           # one element '' (Python's split)
+        rows.loc[i[9], 'genres'] = None                                         # a missing list: one #na#
+        rows.loc[i[10], 'genres'] = 'Drama Noir Comedy Action Horror Romance War Thriller'   # unseen 'Noir', cut
+    else:
+        rows.loc[i[8], 'genres'] = None
+        rows.at[i[9], 'genres'] = []                                             # an empty list: no element
+        rows.at[i[10], 'genres'] = ['Drama', 'Noir', 'Comedy', 'Action', 'Horror', 'Romance', 'War', 'Thriller']
+    return rows
+
+def _fit(to, **kwargs):
+    torch.manual_seed(0)
+    learn = tabular_learner(to.dataloaders(bs=1024), layers=[32, 16], **kwargs)
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+    return learn
+
+@pytest.fixture(scope='module')
+def clas(tmp_path_factory):
+    "A classifier: int, string, float and bool categories, genres as a space-separated string, NaN in two conts."
+    df = _movielens(genres_as_list=False)
+    cut = int(len(df) * 0.9)
+    to = TabularGPU(df.iloc[:cut], procs=[Categorify, FillMissing, Normalize],
+                    cat_names=['user_id', 'item_id', 'genres', 'occupation', 'zip_code', 'decade', 'male'],
+                    cont_names=['age', 'release_year', 'timestamp'], y_names='liked', multi_hot={'genres': ' '},
+                    splits=(list(range(cut - 2000)), list(range(cut - 2000, cut))))
+    learn = _fit(to)
+    d = tmp_path_factory.mktemp('clas')
+    learn.export(d/'learn.pkl')   # export from the reloaded learner: its learned state is all the graph needs
+    path = export_onnx(load_learner(d/'learn.pkl', cpu=True), d/'clas.onnx')
+    return learn, path, _held_out(df, cut, 'string')
+
+@pytest.fixture(scope='module')
+def regr(tmp_path_factory):
+    "A regression on the rating with y_range, fused tables, genres as a list column, summed bags."
+    df = _movielens(genres_as_list=True)
+    cut = int(len(df) * 0.9)
+    to = TabularGPU(df.iloc[:cut], procs=[Categorify, FillMissing, Normalize],
+                    cat_names=['user_id', 'item_id', 'genres', 'gender'], cont_names=['age', 'release_year'],
+                    y_names='rating', splits=(list(range(cut - 2000)), list(range(cut - 2000, cut))))
+    learn = _fit(to, y_range=(0.5, 5.5), fused=True, emb_szs=8, bag_mode='sum')
+    path = export_onnx(learn, tmp_path_factory.mktemp('regr')/'regr.onnx', list_sep='|')
+    return learn, path, _held_out(df, cut, 'list')
+
+def _both(learn, path, rows):
+    "onnxruntime's output on the raw rows, and fastai's `get_preds` on `test_dl` of the same rows."
+    sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', UserWarning)   # the long genres row: 'extra elements are dropped'
+        dl = learn.dls.test_dl(rows)
+        with learn.no_bar(): preds,_ = learn.get_preds(dl=dl)
+    return sess.run(None, onnx_inputs(rows, sess))[0], preds.numpy(), dl
+
+@pytest.mark.parametrize('which', ['clas', 'regr'])
+def test_onnx_matches_get_preds_on_held_out_rows(which, request):
+    learn, path, rows = request.getfixturevalue(which)
+    out, preds, dl = _both(learn, path, rows)
+    assert out.shape == preds.shape and out.dtype == np.float32
+    np.testing.assert_allclose(out, preds, atol=1e-5, rtol=0)
+    # the held-out rows do hold what the test claims: unseen ids (code 0), filled NaN, a bag cut to its width
+    to = dl.dataset
+    assert (to.items['item_id'] == 0).sum() > 10 and (to.items['user_id'] == 0).sum() > 10
+    assert to.items['release_year_na'].iloc[:5].eq(to.classes['release_year_na'].o2i[True]).all()
+    j,w = sum(to.cat_widths()[:to.cat_names.index('genres')]),to.bag_widths['genres']
+    g = rows.genres.iloc[10]
+    assert len(g.split(' ') if isinstance(g, str) else g) > w and (to.packed()[0][10, j:j+w] >= 0).all()
+    if which == 'clas': np.testing.assert_allclose(out.sum(1), 1, atol=1e-5)            # probabilities
+    else: assert out.min() >= 0.5 and out.max() <= 5.5                                    # y_range
+
+def test_onnx_graph_has_raw_inputs_and_no_bag_loop(clas, regr):
+    import onnx
+    m = onnx.load(str(clas[1]))
+    types = {i.name: i.type.tensor_type.elem_type for i in m.graph.input}
+    T = onnx.TensorProto
+    assert types == {'user_id': T.INT64, 'item_id': T.INT64, 'genres': T.STRING, 'occupation': T.STRING,
+                     'zip_code': T.STRING, 'decade': T.DOUBLE, 'male': T.INT64, 'age': T.DOUBLE,
+                     'release_year': T.DOUBLE, 'timestamp': T.DOUBLE}
+    assert [o.name for o in m.graph.output] == ['preds']
+    for path in (clas[1], regr[1]):
+        ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+        # embedding_bag exports as a per-bag Loop (hundreds of ms a batch): the bags must be a masked lookup
+        assert 'Loop' not in ops and {'StringSplit', 'LabelEncoder', 'IsNaN'} <= ops, ops
+
+def test_onnx_batch_sizes(clas):
+    "One row, and rows in another order, give the same predictions as the whole batch."
+    learn, path, rows = clas
+    sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    full = sess.run(None, onnx_inputs(rows, sess))[0]
+    one = sess.run(None, onnx_inputs(rows.iloc[[7]], sess))[0]
+    rev = sess.run(None, onnx_inputs(rows.iloc[::-1], sess))[0]
+    np.testing.assert_allclose(one[0], full[7], atol=1e-6)
+    np.testing.assert_allclose(rev[::-1], full, atol=1e-6)
+
+def test_onnx_model_alone_takes_loader_batches(regr, tmp_path):
+    "`procs=False`: the model on int32 loader batches (cast in the graph), as `get_preds` on the validation set."
+    learn, _, _ = regr
+    path = export_onnx(learn, tmp_path/'model.onnx', procs=False)
+    sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    with learn.no_bar(): preds,_ = learn.get_preds(ds_idx=1)
+    out = [sess.run(None, {'x_cat': xc.numpy(), 'x_cont': xn.numpy()})[0] for xc,xn,_ in learn.dls.valid]
+    assert learn.dls.valid.one_batch()[0].dtype == torch.int32
+    np.testing.assert_allclose(np.concatenate(out), preds.numpy(), atol=1e-5, rtol=0)
+
+def test_export_model_torch_export(clas, tmp_path):
+    "torch.export of the model with the softmax, from a loader batch (views: cloned), saved, loaded, any batch size."
+    learn = clas[0]
+    b = learn.dls.valid.one_batch()
+    ep = export_model(learn, tmp_path/'model.pt2', batch=b)
+    m = torch.export.load(tmp_path/'model.pt2').module()
+    learn.model.eval()
+    with torch.no_grad():
+        for n in (1, 3, len(b[0])):
+            ref = torch.softmax(learn.model(b[0][:n].long(), b[1][:n]), -1)
+            torch.testing.assert_close(m(b[0][:n], b[1][:n]), ref, atol=1e-6, rtol=0)
+            torch.testing.assert_close(ep.module()(b[0][:n], b[1][:n]), ref, atol=1e-6, rtol=0)
+
+def test_onnx_stock_fastai_learner(tmp_path):
+    "A learner of fastai's own TabularPandas and tabular_learner exports too (Adult census, NaN in a cont and in cats)."
+    from fastai.tabular.all import Categorify as FastaiCategorify, TabularPandas, tabular_learner as fastai_learner
+    from fastai_gpu_tabular.all import load_adult
+    df = load_adult().iloc[:8000]
+    df.loc[df.index[::7], 'age'] = np.nan
+    to = TabularPandas(df.iloc[:7000], procs=[FastaiCategorify, FillMissing, Normalize], y_names='income',
+                       cat_names=['workclass', 'education', 'occupation', 'educational-num'],
+                       cont_names=['age', 'fnlwgt', 'hours-per-week'],
+                       splits=(list(range(6000)), list(range(6000, 7000))))
+    torch.manual_seed(0)
+    learn = fastai_learner(to.dataloaders(bs=512), layers=[32])
+    with learn.no_bar(), learn.no_logging(): learn.fit(1)
+    out,preds,_ = _both(learn, export_onnx(learn, tmp_path/'adult.onnx'), df.iloc[7000:])
+    np.testing.assert_allclose(out, preds, atol=1e-5, rtol=0)
+
+def test_onnx_export_errors(clas, tmp_path):
+    learn, path, rows = clas
+    with pytest.raises(KeyError, match="'occupation'"): onnx_inputs(rows.drop(columns='occupation'), path)
+    with pytest.raises(TypeError, match="'zip_code'"): onnx_inputs(rows.assign(zip_code=1), path)
+    # categories ONNX's LabelEncoder has no key type for: a clear error naming the column, before the model export
+    df = _movielens(genres_as_list=False).iloc[:3000]
+    df['day'] = pd.to_datetime(df.timestamp, unit='s').dt.normalize()
+    to = TabularGPU(df, procs=[Categorify, Normalize], cat_names=['user_id', 'day'], cont_names=['age'],
+                    y_names='liked', splits=(list(range(2500)), list(range(2500, 3000))))
+    learn = tabular_learner(to.dataloaders(bs=512), layers=[8])
+    with pytest.raises(TypeError, match="cat column 'day' has categories of type"):
+        export_onnx(learn, tmp_path/'x.onnx')
+
+def _model_config_pb2():
+    "Triton's ModelConfig message, from an installed `tritonclient` (its grpc package is not imported: no grpcio)."
+    spec = importlib.util.find_spec('tritonclient')
+    if spec is None: pytest.skip('tritonclient is not installed (`pip install --no-deps tritonclient`): '
+                                 "Triton's config schema is unavailable")
+    path = next(iter(spec.submodule_search_locations)) + '/grpc/model_config_pb2.py'
+    s = importlib.util.spec_from_file_location('model_config_pb2', path)
+    m = importlib.util.module_from_spec(s)
+    s.loader.exec_module(m)
+    return m
+
+def test_export_triton_config_parses(clas, tmp_path):
+    "The repository's config.pbtxt parses as Triton's ModelConfig and matches the ONNX file's inputs and output."
+    import onnx
+    from google.protobuf import text_format
+    pb2 = _model_config_pb2()
+    learn, _, rows = clas
+    d = export_triton(learn, tmp_path/'repo', name='movielens', max_batch_size=4096)
+    cfg = text_format.Parse((d/'config.pbtxt').read_text(), pb2.ModelConfig())
+    g = onnx.load(str(d/'1'/'model.onnx')).graph
+    assert cfg.name == 'movielens' and cfg.backend == 'onnxruntime' and cfg.max_batch_size == 4096
+    assert [i.name for i in cfg.input] == [i.name for i in g.input]
+    types = {i.name: pb2.DataType.Name(i.data_type) for i in cfg.input}
+    assert types['genres'] == 'TYPE_STRING' and types['age'] == 'TYPE_FP64' and types['item_id'] == 'TYPE_INT64'
+    assert all(list(i.dims) == [1] and list(i.reshape.shape) == [] for i in cfg.input)
+    assert cfg.output[0].name == 'preds' and list(cfg.output[0].dims) == [2]
+    assert (d/'labels.txt').read_text().split() == list(learn.dls.vocab)
+
+@pytest.mark.slow
+def test_deploy_bench_suite_small():
+    "The `deploy` bench suite end to end on a few rows: the three paths agree, and the embedding_bag export is a Loop."
+    from fastai_gpu_tabular.bench.cli import SUITES
+    from fastai_gpu_tabular.bench.deploy import deploy_suite, format_table
+    res = deploy_suite(n_train=4000, n_infer=500, n_predict=3, bs=256, reps=1)
+    assert 'deploy' in SUITES and res['max_abs_diff'] < 1e-5 and res['bag_export']['max_abs_diff'] < 1e-5
+    assert res['bag_export']['embedding_bag']['loop'] and not res['bag_export']['masked']['loop']
+    assert all(res[k] > 0 for k in res if k.endswith('rows_per_s'))
+    assert 'learn.predict' in format_table(res)
