@@ -8,4 +8,5 @@ from .core import *
 from .model import *
 from .learner import *
 from .optimizer import *
+from .metrics import *
 from .data import *
