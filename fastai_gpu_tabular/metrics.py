@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 from fastai.learner import Metric
 
-__all__ = ['roc_auc', 'binary_log_loss', 'rank_metrics', 'binary_scores', 'group_position',
+__all__ = ['roc_auc', 'binary_log_loss', 'rank_metrics', 'RANK_METRICS', 'binary_scores', 'group_position',
            'AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate']
 
 # --- the computations, on whatever device the tensors are ----------------------------------------------------------
@@ -99,8 +99,8 @@ def _row_log_loss(pred, pos, logits, what='log loss'):
     x,two = _cols(pred, what)
     eps = torch.finfo(x.dtype).eps
     if logits:
-        lp = x.log_softmax(1) if two else None
-        lp = torch.where(pos, lp[:, 1], lp[:, 0]) if two else F.logsigmoid(torch.where(pos, x, -x))
+        if two: ls = x.log_softmax(1); lp = torch.where(pos, ls[:, 1], ls[:, 0])
+        else: lp = F.logsigmoid(torch.where(pos, x, -x))
         return (-lp).clamp(-math.log(1 - eps), -math.log(eps))
     q = torch.where(pos, x[:, 1], x[:, 0]) if two else torch.where(pos, x, 1 - x)
     return -q.clamp(eps, 1 - eps).log()
@@ -121,52 +121,62 @@ def _log_comb(x, t):
     v = torch.lgamma(x + 1) - torch.lgamma(t + 1) - torch.lgamma(torch.where(ok, x - t, 0) + 1)
     return torch.where(ok, v, -math.inf)
 
-def rank_metrics(scores, relevant, groups, k:int|None=None) -> dict:
-    """MRR, NDCG@k and HitRate@k per group, averaged over the groups with a relevant row (rows with group 0, `#na#`,
-    left out), with segment operations after one sort by (group, score descending). Ties: the expectation over a random
-    order of the tied rows (see the module's docstring). `k=None`: no cut-off. Returns floats and the group counts."""
+RANK_METRICS = ('mrr', 'ndcg', 'hit_rate')
+
+def _where_tied(mask, f, default):
+    "`f(rows)` on the rows where `mask` holds (tied rows: few, for real scores), `default` elsewhere."
+    rows = mask.nonzero().squeeze(1)
+    return default.index_put((rows,), f(rows))
+
+def rank_metrics(scores, relevant, groups, k:int|None=None, metrics=RANK_METRICS) -> dict:
+    """MRR@k, NDCG@k and HitRate@k (those in `metrics`) per group, averaged over the groups with a relevant row (rows
+    with group 0, `#na#`, left out), with segment operations after a sort by (group, score descending). Ties: the
+    expectation over a random order of the tied rows (see the module's docstring). `k=None`: no cut-off. Returns
+    floats, and `n_groups` (averaged over) and `n_skipped` (groups with no relevant row)."""
     s,r,g = scores.reshape(-1),relevant.reshape(-1),groups.reshape(-1)
     _check_scores(s, r, 'rank_metrics')
     if len(g) != len(s): raise ValueError(f"rank_metrics: {len(g)} groups for {len(s)} scores")
+    if set(metrics) - set(RANK_METRICS): raise ValueError(f"rank_metrics: metrics are among {RANK_METRICS}, got {metrics}")
     r = _check_binary(r, 'rank_metrics')
     keep = g != 0
     s,r,g = s[keep],r[keep],g[keep]
     o = torch.sort(s, descending=True, stable=True).indices
     o = o[torch.sort(g[o], stable=True).indices]     # by group, then by score descending
     s,r,g = s[o],r[o].long(),g[o]
-    n,dev = len(s),s.device
+    n,dev,f64 = len(s),s.device,torch.float64
     i = torch.arange(n, device=dev)
     new_g,new_b = _starts(g),_starts(g, s)           # a group's first row; a tie block's first row
     gid,bid = new_g.cumsum(0) - 1,new_b.cumsum(0) - 1
     g0 = torch.where(new_g, i, 0).cummax(0).values   # first row of each row's group
     b0 = torch.where(new_b, i, 0).cummax(0).values   # first row of its tie block
-    f64 = lambda t: t.to(torch.float64)
-    pos,a,j = f64(i - g0),f64(b0 - g0),f64(i - b0 + 1)   # 0-based rank in group; its block's first rank; 1-based place in block
-    m,rb = f64(_segsum(torch.ones_like(r), bid, n)[bid]),f64(_segsum(r, bid, n)[bid])   # block size, relevant in block
+    pos,a = (i - g0).to(f64),(b0 - g0).to(f64)       # 0-based rank of the row, and of its block's first row, in the group
+    m = _segsum(torch.ones_like(r), bid, n)[bid].to(f64)   # rows in the row's tie block
+    rb = _segsum(r, bid, n)[bid].to(f64)             # relevant rows in it
     nrel = _segsum(r, gid, n)                        # relevant rows per group
-    kk = n if k is None else k
-    disc = 1 / torch.log2(pos + 2)
-    # NDCG: in a tie block every rank gets the block's mean gain; the ideal puts all relevant rows first
-    dcg = _segsum(rb / m * disc * (pos < kk), gid, n)
-    idcg = _segsum(disc * (pos < nrel[gid].clamp(max=kk)), gid, n)
-    # HitRate: P(no relevant row in the top k) is a product over blocks of C(m - rb, t) / C(m, t), t = block rows in it
-    t = (kk - a).clamp(0, None).minimum(m)
-    miss = _segsum(torch.where(new_b, _log_comb(m - rb, t) - _log_comb(m, t), 0), gid, n)
-    # MRR: in the first block holding a relevant row, the first relevant one lands at place j with probability
-    # C(m - j, rb - 1) / C(m, rb); blocks before it hold none
-    c = r.cumsum(0) - r                              # relevant rows before each row (all groups)
-    first = (rb > 0) & (c[b0] == c[g0])
-    p_j = torch.exp(_log_comb(m - j, rb - 1) - _log_comb(m, rb))
-    rr = _segsum(torch.where(first & (a + j <= kk), p_j / (a + j), 0), gid, n)
-    has = new_g.nonzero().squeeze(1)                 # one entry per group
-    has = gid[has][nrel[gid[has]] > 0]
-    ng = len(has)
-    res = dict(n_groups=ng, n_skipped=int(new_g.sum()) - ng)
-    if ng == 0:
-        warnings.warn("no group has a relevant row: the ranking metrics are not defined (NaN)")
-        return dict(res, mrr=float('nan'), ndcg=float('nan'), hit_rate=float('nan'))
-    return dict(res, mrr=float(rr[has].mean()), ndcg=float((dcg[has] / idcg[has]).mean()),
-                hit_rate=float((-torch.expm1(miss[has])).mean()))
+    kk,tied,res = n if k is None else k,m > 1,{}
+    if 'ndcg' in metrics:   # in a tie block every rank gets the block's mean gain; the ideal puts the relevant rows first
+        disc = 1 / torch.log2(pos + 2)
+        res['ndcg'] = _segsum(rb / m * disc * (pos < kk), gid, n) / _segsum(disc * (pos < nrel[gid].clamp(max=kk)), gid, n)
+    if 'hit_rate' in metrics:
+        # P(no relevant row in the top k): a product over blocks of C(m - rb, t) / C(m, t), t = the block's rows in it
+        t = (kk - a).clamp(0, None).minimum(m)
+        log_miss = torch.zeros_like(m).masked_fill((t > 0) & (rb > 0), -math.inf)   # one row: a miss if out or irrelevant
+        log_miss = _where_tied(new_b & tied, lambda x: _log_comb(m[x] - rb[x], t[x]) - _log_comb(m[x], t[x]), log_miss)
+        res['hit_rate'] = -torch.expm1(_segsum(torch.where(new_b, log_miss, 0.), gid, n))
+    if 'mrr' in metrics:
+        # in the first block holding a relevant row (none before it in the group), the first relevant row lands at
+        # place j of the block with probability C(m - j, rb - 1) / C(m, rb): 1 for a single row
+        c = r.cumsum(0) - r                          # relevant rows before each row (all groups)
+        j = (i - b0 + 1).to(f64)
+        first = (rb > 0) & (c[b0] == c[g0]) & (a + j <= kk)
+        p_j = _where_tied(first & tied, lambda x: torch.exp(_log_comb(m[x] - j[x], rb[x] - 1) - _log_comb(m[x], rb[x])),
+                          torch.ones_like(m))
+        res['mrr'] = _segsum(torch.where(first, p_j / (a + j), 0.), gid, n)
+    ng = int(new_g.sum())
+    has = nrel[:ng] > 0                              # the groups that count
+    out = dict(n_groups=int(has.sum()), n_skipped=int((~has).sum()))
+    if not out['n_groups']: warnings.warn("no group has a relevant row: the ranking metrics are not defined (NaN)")
+    return dict(out, **{key: float(v[:ng][has].mean()) if out['n_groups'] else float('nan') for key,v in res.items()})
 
 # --- across processes ----------------------------------------------------------------------------------------------
 def _distributed():
@@ -283,7 +293,7 @@ class RankMetric(DeviceMetric):
         return binary_scores(pred, self._name), pos, g, bad
 
     def _compute(self, scores, pos, groups):
-        res = rank_metrics(scores, pos, groups, self.k)
+        res = rank_metrics(scores, pos, groups, self.k, (self._key,))
         self.n_groups,self.n_skipped = res['n_groups'],res['n_skipped']
         return res[self._key]
 

@@ -364,3 +364,14 @@ def test_two_processes_gather_once(tmp_path):
     # a shard alone gives another value: the gather is what makes them equal
     x,y,xc = _data()
     assert abs(run_metric(AUC(), x[:N_ROWS // 2], y[:N_ROWS // 2]) - ref['auc']) > 1e-6
+
+# ---- the bench suite ------------------------------------------------------------------------------------------------
+def test_bench_suite_small(tmp_path):
+    "`--suite metrics` runs, and our AUC is fastai's RocAucBinary's value on the same batches."
+    from fastai_gpu_tabular.bench import main
+    res = main(['--suite', 'metrics', '--metric-rows', '20000', '--metric-repeat', '1', '--metric-bs', '4096',
+                '--out', str(tmp_path/'m.json')])
+    r = res['metrics']['rows'][20000]
+    assert set(r) == {'RocAucBinary (fastai)', 'AUC', 'LogLoss', 'MRR', 'NDCG@10'}
+    assert abs(r['AUC']['value'] - r['RocAucBinary (fastai)']['value']) < 1e-6
+    assert json.loads((tmp_path/'m.json').read_text())['meta']['suite'] == 'metrics'

@@ -10,6 +10,7 @@ from .report import *
 from .contenders import *
 from .embeddings import embedding_suite
 from .multi_hot import multi_hot_suite
+from .metrics import metric_suite
 from .cli import *
 
 __all__ = ['CONTENDERS', 'SCHEMA_VERSION', 'SUITES', 'hardware', 'versions', 'git_state', 'RSSMeter', 'time_loader',
