@@ -49,6 +49,6 @@ def tabular_learner(dls, layers:list=None, emb_szs:dict|int=None, config:dict=No
                             fused=fused, bag_mode=bag_mode, **config)
     if sparse: kwargs['opt_func'] = sparse_opt(kwargs.get('opt_func', Adam), sparse_lr_mult=sparse_lr_mult)
     learn = TabularLearner(dls, model, **kwargs)
-    for m in learn.metrics:   # a metric that reads the batch (a ranking metric's group column) fails now, not after an epoch
+    for m in learn.metrics:   # a ranking metric's group column: checked now, not after a training epoch
         if hasattr(m, 'check_dls'): m.check_dls(dls)
     return learn

@@ -14,14 +14,14 @@ Conventions (those of fastai's `RocAucBinary` and sklearn, unless said):
   probability 1.0 in float32, and would tie); the output itself for one column.
 * **Positives.** A 0/1 target (a 2-class category index, or a float 0/1); anything else is an error, unless `thresh`
   is given: then a row is positive when its target is `>= thresh` (a rating >= 4).
-* **Ties** count as the expectation over a uniformly random order of the tied rows: AUC gives a tied positive/negative
-  pair 1/2 (sklearn's `roc_auc_score`), NDCG averages the tied rows' gains (sklearn's `ndcg_score`, `ignore_ties=False`),
-  MRR and HitRate@k take the expected reciprocal rank and hit. A model that scores every row alike gets what a random
-  ranking gets on average, never a lucky or an unlucky order.
-* **Groups** (the ranking metrics) are the codes of a cat column (`group='user_id'`) in the batch's `x_cat`. Rows whose
-  group is `#na#` (code 0: a user unseen in training, or rarer than `Categorify(min_freq)`) are not one user and are left
-  out. Groups with no positive row are left out (their rank metrics are undefined), as RecBole and most RecSys
-  protocols do; `n_groups` and `n_skipped` say how many of each. Relevance is binary (gain 1 for a positive).
+* **Ties** count as the expectation over a uniformly random order of the tied rows: AUC gives a tied
+  positive/negative pair 1/2 (sklearn's `roc_auc_score`), NDCG averages the tied rows' gains (sklearn's `ndcg_score`,
+  `ignore_ties=False`), MRR and HitRate@k take the expected reciprocal rank and hit. A model that scores every row
+  alike gets what a random ranking gets on average, never a lucky or an unlucky order.
+* **Groups** (the ranking metrics) are the codes of a cat column (`group='user_id'`) in the batch's `x_cat`. Rows
+  whose group is `#na#` (code 0: a user unseen in training, or rarer than `Categorify(min_freq)`) are not one user and
+  are left out. Groups with no positive row are left out (their rank metrics are undefined), as RecBole and most
+  RecSys protocols do; `n_groups` and `n_skipped` say how many of each. Relevance is binary (gain 1 for a positive).
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def _cols(pred, what):
                      f"(n,)/(n, 1) (one logit or probability), got {tuple(pred.shape)}")
 
 def binary_scores(pred, what='the metric'):
-    "Ranking scores of binary predictions: the logit margin of 2 columns (monotone in the softmax), or the column itself."
+    "Ranking scores of binary predictions: the logit margin of 2 columns (monotone in the softmax), or the one column."
     x,two = _cols(pred, what)
     return x[:, 1] - x[:, 0] if two else x
 
@@ -136,7 +136,7 @@ def rank_metrics(scores, relevant, groups, k:int|None=None, metrics=RANK_METRICS
     s,r,g = scores.reshape(-1),relevant.reshape(-1),groups.reshape(-1)
     _check_scores(s, r, 'rank_metrics')
     if len(g) != len(s): raise ValueError(f"rank_metrics: {len(g)} groups for {len(s)} scores")
-    if set(metrics) - set(RANK_METRICS): raise ValueError(f"rank_metrics: metrics are among {RANK_METRICS}, got {metrics}")
+    if set(metrics) - set(RANK_METRICS): raise ValueError(f"rank_metrics: metrics among {RANK_METRICS}, got {metrics}")
     r = _check_binary(r, 'rank_metrics')
     keep = g != 0
     s,r,g = s[keep],r[keep],g[keep]
@@ -149,18 +149,19 @@ def rank_metrics(scores, relevant, groups, k:int|None=None, metrics=RANK_METRICS
     gid,bid = new_g.cumsum(0) - 1,new_b.cumsum(0) - 1
     g0 = torch.where(new_g, i, 0).cummax(0).values   # first row of each row's group
     b0 = torch.where(new_b, i, 0).cummax(0).values   # first row of its tie block
-    pos,a = (i - g0).to(f64),(b0 - g0).to(f64)       # 0-based rank of the row, and of its block's first row, in the group
+    pos,a = (i - g0).to(f64),(b0 - g0).to(f64)       # 0-based rank in the group of the row, and of its block's start
     m = _segsum(torch.ones_like(r), bid, n)[bid].to(f64)   # rows in the row's tie block
     rb = _segsum(r, bid, n)[bid].to(f64)             # relevant rows in it
     nrel = _segsum(r, gid, n)                        # relevant rows per group
     kk,tied,res = n if k is None else k,m > 1,{}
-    if 'ndcg' in metrics:   # in a tie block every rank gets the block's mean gain; the ideal puts the relevant rows first
+    if 'ndcg' in metrics:   # in a tie block every rank gets the block's mean gain; the ideal puts relevant rows first
         disc = 1 / torch.log2(pos + 2)
-        res['ndcg'] = _segsum(rb / m * disc * (pos < kk), gid, n) / _segsum(disc * (pos < nrel[gid].clamp(max=kk)), gid, n)
+        ideal = _segsum(disc * (pos < nrel[gid].clamp(max=kk)), gid, n)
+        res['ndcg'] = _segsum(rb / m * disc * (pos < kk), gid, n) / ideal
     if 'hit_rate' in metrics:
         # P(no relevant row in the top k): a product over blocks of C(m - rb, t) / C(m, t), t = the block's rows in it
         t = (kk - a).clamp(0, None).minimum(m)
-        log_miss = torch.zeros_like(m).masked_fill((t > 0) & (rb > 0), -math.inf)   # one row: a miss if out or irrelevant
+        log_miss = torch.zeros_like(m).masked_fill((t > 0) & (rb > 0), -math.inf)   # one row: out or irrelevant
         log_miss = _where_tied(new_b & tied, lambda x: _log_comb(m[x] - rb[x], t[x]) - _log_comb(m[x], t[x]), log_miss)
         res['hit_rate'] = -torch.expm1(_segsum(torch.where(new_b, log_miss, 0.), gid, n))
     if 'mrr' in metrics:
@@ -180,7 +181,8 @@ def rank_metrics(scores, relevant, groups, k:int|None=None, metrics=RANK_METRICS
 
 # --- across processes ----------------------------------------------------------------------------------------------
 def _distributed():
-    return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 def _gather(*ts) -> tuple:
     "Each tensor's rows from every process, in rank order: one all-gather of the lengths, one per tensor (padded)."
@@ -215,7 +217,7 @@ def _positives(y, thresh):
     return y == 1, ((y != 0) & (y != 1)).sum().view(1)
 
 def _is_logits(loss_func) -> bool:
-    "Whether the model outputs logits, as the loss says: fastai's loss has an `activation` (softmax, sigmoid), or torch's."
+    "Whether the model outputs logits, as the loss says: fastai's has an `activation` (softmax, sigmoid), or torch's."
     f = getattr(loss_func, 'func', loss_func)
     if isinstance(f, (nn.CrossEntropyLoss, nn.BCEWithLogitsLoss)): return True
     if f in (F.cross_entropy, F.binary_cross_entropy_with_logits): return True
@@ -275,8 +277,9 @@ def group_position(to, name) -> int:
 class RankMetric(DeviceMetric):
     "A per-group ranking metric (see `rank_metrics`): keeps each batch's scores, positives and group codes."
     def __init__(self, group:str, k:int|None, thresh, name):
-        if not isinstance(group, str): raise ValueError(f"{name} needs group=, the name of a cat column (user, session)")
-        if k is not None and (not isinstance(k, int) or k < 1): raise ValueError(f"{name}: k must be a positive int, got {k!r}")
+        if not isinstance(group, str): raise ValueError(f"{name} needs group=, the name of a cat column (user/session)")
+        if k is not None and (not isinstance(k, int) or k < 1):
+            raise ValueError(f"{name}: k must be a positive int, got {k!r}")
         self.group,self.k,self.thresh,self._name,self._pos = group,k,thresh,name,{}
 
     def check_dls(self, dls):

@@ -45,7 +45,8 @@ def ref_rank(scores, relevant, groups, k):
 def fake_learn(pred, y, loss_func=None, x_cat=None, cat_names=('g',), dl=None):
     "What a fastai Recorder hands a metric after a validation batch."
     dl = dl or SimpleNamespace(dataset=SimpleNamespace(cat_names=list(cat_names)))
-    return SimpleNamespace(pred=pred, yb=(y,), y=y, xb=(x_cat, None), dl=dl, loss_func=loss_func or CrossEntropyLossFlat(),
+    return SimpleNamespace(pred=pred, yb=(y,), y=y, xb=(x_cat, None), dl=dl,
+                           loss_func=loss_func or CrossEntropyLossFlat(),
                            to_detach=lambda b, cpu=True, gather=True: b.detach().cpu() if cpu else b.detach())
 
 def run_metric(metric, pred, y, x_cat=None, bs=37, loss_func=None):
@@ -115,7 +116,8 @@ def test_log_loss_equals_sklearn_on_logits(n, scale, seed, bs):
     x,y = g.uniform(-scale, scale, (n, 2)), g.integers(0, 2, n)
     if y.min() == y.max(): y[0] = 1 - y[0]
     ref = skm.log_loss(y, torch.softmax(torch.tensor(x), 1).numpy())
-    assert abs(run_metric(LogLoss(), torch.tensor(x), torch.tensor(y), bs=bs, loss_func=CrossEntropyLossFlat()) - ref) < 1e-9
+    ours = run_metric(LogLoss(), torch.tensor(x), torch.tensor(y), bs=bs, loss_func=CrossEntropyLossFlat())
+    assert abs(ours - ref) < 1e-9
     assert abs(binary_log_loss(torch.tensor(x), torch.tensor(y), logits=True) - ref) < 1e-9
     z = x[:, 0].clip(-8, 8)   # sklearn gets 1 - sigmoid(z): beyond ~8 its rounding, not ours, sets the difference
     ref1 = skm.log_loss(y, torch.sigmoid(torch.tensor(z)).numpy())
@@ -143,7 +145,8 @@ def test_undefined_and_bad_input():
     with pytest.raises(ValueError, match='NaN'): roc_auc(torch.tensor([0.1, float('nan')]), torch.tensor([0, 1]))
     with pytest.raises(ValueError, match=r'0/1 targets.*thresh='):
         run_metric(AUC(), torch.randn(10), torch.arange(10.))
-    with pytest.raises(ValueError, match=r'shape \(n, 2\).*got \(10, 3\)'): run_metric(LogLoss(), torch.randn(10, 3), y1)
+    with pytest.raises(ValueError, match=r'shape \(n, 2\).*got \(10, 3\)'):
+        run_metric(LogLoss(), torch.randn(10, 3), y1)
     with pytest.raises(ValueError, match='outside'): binary_log_loss(torch.tensor([1.5]), torch.tensor([1]))
     # thresh= makes a rating a target: positive from 4 on
     r = torch.tensor([1., 5., 4., 3., 2.])
@@ -166,9 +169,9 @@ def ranking_data(draw):
 def test_rank_metrics_equal_reference(data, bs):
     s,r,g,k = data
     ref,per = ref_rank(s, r, g, k)
-    x_cat = torch.tensor(g)[:, None]
     if per.empty:
-        with pytest.warns(UserWarning, match='no group'): res = rank_metrics(torch.tensor(s), torch.tensor(r), x_cat, k)
+        with pytest.warns(UserWarning, match='no group'):
+            res = rank_metrics(torch.tensor(s), torch.tensor(r), torch.tensor(g), k)
         assert math.isnan(res['mrr']) and res['n_groups'] == 0
         return
     res = rank_metrics(torch.tensor(s), torch.tensor(r), torch.tensor(g), k)
@@ -178,9 +181,9 @@ def test_rank_metrics_equal_reference(data, bs):
     sk = [skm.ndcg_score([r[g == u]], [s[g == u]], k=k) for u in per.index if (g == u).sum() > 1]
     assert np.allclose(sk, per.ndcg[[(g == u).sum() > 1 for u in per.index]], rtol=0, atol=1e-12)
     # the metrics, batch by batch, find the group column by name
-    for metric,key in ((MRR(group='g', k=k), 'mrr'), (NDCG(k, group='g'), 'ndcg')):
-        assert abs(run_metric(metric, torch.tensor(s), torch.tensor(r), x_cat, bs=bs) - ref[key]) < 1e-9
-    if k is not None: assert abs(run_metric(HitRate(k, group='g'), torch.tensor(s), torch.tensor(r), x_cat, bs=bs) - ref['hit_rate']) < 1e-9
+    mets = {'mrr': MRR(group='g', k=k), 'ndcg': NDCG(k, group='g')} | ({'hit_rate': HitRate(k, group='g')} if k else {})
+    for key,metric in mets.items():
+        assert abs(run_metric(metric, torch.tensor(s), torch.tensor(r), torch.tensor(g)[:, None], bs) - ref[key]) < 1e-9
 
 def test_rank_ties_are_random_order_expectations():
     "Every row tied: the expected value of a random ranking (sampled 200,000 times here)."
@@ -205,7 +208,8 @@ def test_group_position_and_errors():
 # ---- no host conversion while accumulating --------------------------------------------------------------------------
 class HostConversions(TorchFunctionMode):
     "Records every tensor->Python conversion or host copy: on CUDA each one waits for the device."
-    names = frozenset({'item', 'tolist', 'numpy', 'cpu', '__bool__', '__float__', '__int__', '__index__', '__complex__'})
+    names = frozenset({'item', 'tolist', 'numpy', 'cpu', '__bool__', '__float__', '__int__', '__index__',
+                       '__complex__'})
     def __init__(self):
         super().__init__()
         self.seen = []
@@ -252,14 +256,15 @@ def movielens():
     df = load_movielens_100k()
     df['liked'] = np.where(df.rating > 3, 'yes', 'no')
     splits = RandomSplitter(seed=0)(range_of(df))
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['genres', 'item_id', 'user_id', 'gender'],
-                    cont_names=['age'], y_names='liked', splits=splits)
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cont_names=['age'], y_names='liked', splits=splits,
+                    cat_names=['genres', 'item_id', 'user_id', 'gender'])
     return df, splits, to.dataloaders(bs=4096)
 
 def test_learner_metrics_equal_references(movielens):
     df,splits,dls = movielens
     set_seed(0)
-    mets = [AUC(), RocAucBinary(), LogLoss(), MRR(group='user_id'), NDCG(10, group='user_id'), HitRate(10, group='user_id')]
+    mets = [AUC(), RocAucBinary(), LogLoss(), MRR(group='user_id'), NDCG(10, group='user_id'),
+            HitRate(10, group='user_id')]
     learn = tabular_learner(dls, layers=[64, 32], metrics=mets)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-2)
     names = learn.recorder.metric_names
