@@ -80,5 +80,5 @@ def format_table(res) -> str:
                         fmt(v['total_s']), fmt(base / v['total' + sfx], 'x'), f"{v['value']:.6f}"])
     what = 'CPU seconds of the process' if cpu else 'seconds'
     return (f"validation metric time ({what}), bs {res['bs']:,}, {res['device']}, fastest of {res['repeat']}\n"
-            + table(['rows', 'metric', 'accumulate', 'value', 'epoch', 'epoch wall s', 'vs RocAucBinary', 'value'],
+            + table(['rows', 'metric', 'accumulate', 'value()', 'epoch', 'epoch wall s', 'vs RocAucBinary', 'result'],
                     out))
