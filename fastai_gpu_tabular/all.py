@@ -8,6 +8,7 @@ from .core import *
 from .model import *
 from .learner import *
 from .optimizer import *
+from .metrics import *
 from .data import *
 from .export import *
 from .keras_loader import *

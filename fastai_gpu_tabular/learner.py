@@ -48,4 +48,7 @@ def tabular_learner(dls, layers:list=None, emb_szs:dict|int=None, config:dict=No
     model = TabularModelGPU(emb_szs, len(dls.cont_names), n_out, layers, y_range=y_range, bags=bags, sparse=sparse,
                             fused=fused, bag_mode=bag_mode, **config)
     if sparse: kwargs['opt_func'] = sparse_opt(kwargs.get('opt_func', Adam), sparse_lr_mult=sparse_lr_mult)
-    return TabularLearner(dls, model, **kwargs)
+    learn = TabularLearner(dls, model, **kwargs)
+    for m in learn.metrics:   # a ranking metric's group column: checked now, not after a training epoch
+        if hasattr(m, 'check_dls'): m.check_dls(dls)
+    return learn

@@ -10,8 +10,10 @@ from .report import *
 from .contenders import *
 from .embeddings import embedding_suite
 from .multi_hot import multi_hot_suite
+from .metrics import metric_suite
 from .cli import *
 
 __all__ = ['CONTENDERS', 'SCHEMA_VERSION', 'SUITES', 'hardware', 'versions', 'git_state', 'RSSMeter', 'time_loader',
            'bare_epoch', 'gather_bandwidth', 'run_contender', 'compute_ratios', 'check_targets', 'format_table',
-           'plot_ratios', 'run_bench', 'run_suite', 'format_suite', 'embedding_suite', 'multi_hot_suite', 'main']
+           'plot_ratios', 'run_bench', 'run_suite', 'format_suite', 'embedding_suite', 'multi_hot_suite',
+           'metric_suite', 'main']
