@@ -11,11 +11,12 @@ from plum import dispatch
 from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.data.transforms import Categorize, EncodedMultiCategorize, RegressionSetup
 from fastai.tabular import core as fatc
-from fastai.tabular.core import FillMissing, Tabular, df_shrink_dtypes
+from fastai.tabular.core import FillMissing, Tabular
 from fastai.torch_core import display_df
 
 from .backend import (col_to_tensor, encode_codes, explode_lists, frame_device, gather_columns, is_cudf, is_list_dtype,
-                      is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend, to_category, to_pandas)
+                      is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, shrink_dtypes, split_lists, to_backend,
+                      to_category, to_pandas)
 from .loader import BatchDataLoader, BatchDataLoaders, unpack_rows
 from .procs import fill_nan_check, register_procs
 
@@ -97,7 +98,7 @@ class TabularGPU(Tabular):
     def _shrink_dtypes(self, df, cat_names, cont_names, y_names) -> dict:
         "fastai's `df_shrink_dtypes` on the named columns; the category cast only for single-hot cats and targets."
         named = set(cat_names) | set(cont_names) | set(y_names)
-        dtypes = df_shrink_dtypes(df, skip=[c for c in df.columns if c not in named or c in self.multi_hot])
+        dtypes = shrink_dtypes(df, skip=[c for c in df.columns if c not in named or c in self.multi_hot])
         return {c:t for c,t in dtypes.items() if t != 'category' or c in cat_names or c in y_names}
 
     @staticmethod
