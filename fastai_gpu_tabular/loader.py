@@ -51,7 +51,7 @@ class BatchDataLoader(TabDataLoader):
         if bs is None or int(bs) < 1: raise ValueError(f"bs must be a positive integer, got {bs!r}")
         if after_batch is None: after_batch = [ReadTabBatchGPU(dataset)]
         self.wgts = None if wgts is None else torch.as_tensor(wgts, dtype=torch.float)
-        self._cdf = None   # the weights' running sum on the data's device, made once (an upload an epoch would sync)
+        self._cdf = None   # the weights' running sum, on the data's device
         # worker processes would only copy the packed tensors: everything here is one gather on the device
         super().__init__(dataset, bs=int(bs), shuffle=shuffle, after_batch=after_batch, num_workers=0, **kwargs)
         if self.wgts is not None and len(self.wgts) != self.n:
@@ -69,7 +69,10 @@ class BatchDataLoader(TabDataLoader):
     def to(self, device):
         "Move to `device` now, so a bad frame fails here rather than at the first batch."
         self.device = device
-        if self.n: self.rows
+        if not self.n: return self
+        dev = self.rows[0].device
+        # made here, once: an upload of the weights each epoch would be a device sync
+        if self.wgts is not None: self._cdf = self.wgts.to(dev, torch.float64).cumsum(0)
         return self
 
     def _overridden(self, nm):
@@ -92,7 +95,6 @@ class BatchDataLoader(TabDataLoader):
         if not self.shuffle: return None
         dev = self.rows[0].device
         if self.wgts is not None:   # n draws with replacement by weight: inverse-CDF sampling, no row limit, no sync
-            if self._cdf is None or self._cdf.device != dev: self._cdf = self.wgts.to(dev, torch.float64).cumsum(0)
             u = torch.rand(self.n, device=dev, dtype=torch.float64) * self._cdf[-1]
             return torch.searchsorted(self._cdf, u, right=True).clamp_(max=self.n - 1)
         if self._overridden('shuffle_fn'): return self.shuffle_fn(torch.arange(self.n, device=dev))

@@ -241,45 +241,49 @@ def _train_setup(device, backend='pandas', n=20_000, bs=1024):
     step(*dls.train.one_batch())   # lazy state (optimizer moments, cuBLAS handles) made here, not in the loop
     return dls, model, step
 
-def _epoch(dls, model, step):
+def _epoch(train, valid, model, step):
     """The hot path: a shuffled training epoch (permutation, one gather a batch, forward, loss, backward, LAMB step),
     then the validation batches (slices) through the model."""
     n = 0
     model.train()
-    for xc, xn, y in dls.train:
+    for xc, xn, y in train:
         step(xc, xn, y)
         n += 1
     model.eval()
     with torch.no_grad():
-        for xc, xn, y in dls.valid: model(xc, xn)
+        for xc, xn, y in valid: model(xc, xn)
     return n
+
+def _train_dl(dls, weighted):
+    "The training loader, or one drawing rows with replacement by weight (its weights go to the device here)."
+    return dls.train.new(wgts=np.linspace(0, 1, len(dls.train_ds))) if weighted else dls.train
 
 @pytest.mark.gpu
 @pytest.mark.parametrize('weighted', [False, True])
 def test_training_epoch_makes_no_device_sync(weighted):
     """Inside `torch.cuda.set_sync_debug_mode('error')`: one epoch as `_epoch` runs it, with a cuDF-built TabularGPU's
-    loaders (and with `wgts`, drawn on the device). Any device->host sync there (`.item()`, `bool(tensor)`, a host
+    loaders (and one drawing by `wgts`, on the device). Any device->host sync there (`.item()`, `bool(tensor)`, a host
     copy, a boolean-mask index, a pageable upload) raises. Outside it: construction, packing, model, first step."""
     dls, model, step = _train_setup('cuda', 'cudf')
-    if weighted: dls.train = dls.train.new(wgts=np.linspace(0, 1, len(dls.train_ds)))
+    train = _train_dl(dls, weighted)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode('error')
-    try: n = _epoch(dls, model, step)
+    try: n = _epoch(train, dls.valid, model, step)
     finally: torch.cuda.set_sync_debug_mode(0)
     torch.cuda.synchronize()
-    assert n == len(dls.train) > 10
+    assert n == len(train) > 10
 
 def test_training_epoch_reads_no_tensor_on_the_host(monkeypatch):
     """The CPU stand-in for the test above (which needs CUDA): in the same epoch no Python code reads a tensor's value
     (`item`, `bool`, `int`, `float`, `tolist`, `numpy`, `cpu`: each would be a device sync on a GPU)."""
     for weighted in (False, True):
         dls, model, step = _train_setup('cpu')
-        if weighted: dls.train = dls.train.new(wgts=np.linspace(0, 1, len(dls.train_ds)))
+        train = _train_dl(dls, weighted)
         with monkeypatch.context() as m:
             for name in ('item', 'tolist', '__bool__', '__int__', '__float__', '__index__', 'numpy', 'cpu'):
                 def read(self, *a, _name=name, **k): raise AssertionError(f'Tensor.{_name} in the hot path')
                 m.setattr(torch.Tensor, name, read)
-            assert _epoch(dls, model, step) == len(dls.train)
+            assert _epoch(train, dls.valid, model, step) == len(train)
 
 @pytest.mark.gpu
 def test_construction_moves_only_learned_state_to_host(monkeypatch):
