@@ -5,8 +5,9 @@ import functools, os
 import numpy as np, pandas as pd, torch
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
-           'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques',
-           'encode_codes', 'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings',
+           'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
+           'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'codes_dtype', 'encode_codes',
+           'mode_value', 'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings',
            'split_lists', 'explode_lists', 'pad_bags']
 
 # cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.
@@ -94,12 +95,14 @@ def to_category(col):
 def _cast(col, t): return to_category(col) if t == 'category' else col.astype(t)
 
 def gather_columns(df, cols:list, order=None, casts:dict|None=None):
-    "Columns `cols` of `df` (rows in `order`, if given), each cast as `casts` says, as a new frame of `df`'s backend."
+    """Columns `cols` of `df` (rows in `order`, if given), each cast as `casts` says, as a new frame of `df`'s backend.
+    The casts run over all rows, before the gather, as fastai's `df_shrink` does: a category's vocabulary includes
+    the rows that splits leave out."""
     casts = casts or {}
     if is_cudf(df):
-        res = df[cols] if order is None else df[cols].take(order)
+        res = df[cols]
         for c,t in casts.items(): res[c] = _cast(res[c], t)
-        return res
+        return res if order is None else res.take(order)
     # pandas: cast first, so that the row gather moves category codes rather than Python object pointers
     data = {}
     for c in cols:
@@ -113,6 +116,15 @@ def col_to_tensor(col) -> torch.Tensor:
     a = col.to_numpy()
     if a.dtype == object: raise TypeError(f"column {col.name!r} holds Python objects, not numbers")
     return torch.from_numpy(a)   # strided views are fine: the caller copies into the packed tensor
+
+def frame_of_tensors(cols:dict, dtypes:dict, index):
+    """A frame of 1-d tensors `cols` ({name: tensor}, strided views are fine), each copied as `dtypes[name]`, on `index`
+    (pandas or cuDF: the frame's backend; CUDA tensors go to cuDF through DLPack): the inverse of `col_to_tensor`."""
+    if is_cudf(index):
+        cp = _cupy()
+        return require_cudf().DataFrame({c: cp.from_dlpack(t.contiguous()).astype(dtypes[c]) for c,t in cols.items()},
+                                        index=index)
+    return pd.DataFrame({c: t.numpy().astype(dtypes[c]) for c,t in cols.items()}, index=index)
 
 def to_host(o):
     "Small device results (Series, Index, arrays) as pandas/NumPy; host objects pass through."
@@ -153,7 +165,8 @@ def holds_strings(col) -> bool:
 
 def sorted_uniques(col) -> list:
     "Sorted distinct non-null values of `col` as a host list of NumPy scalars or Python objects, as fastai's `L.sorted()`."
-    if is_cudf(col): return list(to_host(col.dropna().unique().sort_values()).to_numpy())
+    # `drop_duplicates`, not `unique`: under cudf.pandas' compatible mode cuDF's `unique()` is a CuPy array
+    if is_cudf(col): return list(to_host(col.dropna().drop_duplicates().sort_values()).to_numpy())
     u = np.asarray(col.unique())   # then drop the missing ones: cheaper than `dropna` on every row of an object column
     u = u[~pd.isna(u)]
     if u.dtype != object: return list(np.sort(u))
@@ -162,18 +175,61 @@ def sorted_uniques(col) -> list:
         kinds = sorted({type(o).__name__ for o in u})
         raise TypeError(f"column {col.name!r} mixes value types {kinds}: cast it to one type first") from None
 
+def holds_py_bools(col) -> bool:
+    """A cuDF bool column with nulls: pandas holds those values as an object column of Python bools (what cuDF's own
+    `to_pandas` gives, and what `cudf.from_pandas` turned into this column), so fastai's vocabulary holds `bool`s."""
+    return is_cudf(col) and getattr(col.dtype, 'kind', None) == 'b' and bool(col.isna().any())
+
+def shrink_dtypes(df, skip=()) -> dict:
+    "fastai's `df_shrink_dtypes(df, skip)`, where a cuDF bool column with nulls is the object column pandas has for it."
+    from fastai.tabular.core import df_shrink_dtypes
+    res = df_shrink_dtypes(df, skip=list(skip))
+    if not is_cudf(df): return res
+    objs = {c for c in df.columns if c not in skip and holds_py_bools(df[c])}   # fastai's obj2cat: to category
+    return {c: 'category' if c in objs else res[c] for c in df.columns if c in objs or c in res}
+
+def codes_dtype(n:int) -> np.dtype:
+    "The signed dtype of pandas' codes for `n` categories (its `coerce_indexer_dtype`); cuDF's are unsigned to 26.06."
+    return next(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64) if t is np.int64 or n < np.iinfo(t).max)
+
 def encode_codes(col, vocab:list, add:int=1):
     """Codes of `col` against `vocab` (a list of values), plus `add`: a value not in `vocab`, or null, gives `add-1`.
-    Returns a Series on `col`'s index with pandas' smallest code dtype (as fastai's `pd.Categorical(...).codes+add`)."""
-    if is_cudf(col):
-        cudf = require_cudf()
-        dt = col.dtype.categories.dtype if type(col.dtype).__name__ == 'CategoricalDtype' else col.dtype
-        cats = cudf.Index(vocab) if is_str_dtype(dt) else cudf.Index(np.asarray(vocab), dtype=dt)
-        return (col.astype(cudf.CategoricalDtype(categories=cats)).cat.codes + add).fillna(add - 1)
-    if isinstance(col.dtype, pd.CategoricalDtype) and len(col.cat.categories) == len(vocab) and col.cat.categories.equals(pd.Index(vocab)):
-        codes = col.cat.codes.to_numpy()   # what fastai does for a category column: no second hash of the values
-    else: codes = pd.Categorical(col, categories=vocab).codes
-    return pd.Series(codes + codes.dtype.type(add), index=col.index, name=col.name)
+    A Series on `col`'s index, on its backend, with pandas' code dtype: fastai's `pd.Categorical(col, vocab).codes+add`.
+    Values are looked up in the index `pd.Categorical` builds from `vocab` (its `get_indexer`, which pandas 3 no longer
+    lets `Categorical` do for values outside `vocab`); a categorical column maps its categories, then gathers its codes.
+    On cuDF this avoids `astype(CategoricalDtype(vocab))`, whose codes are unsigned before 26.10 (an unseen value gets
+    the largest code, not -1) and which fails on a categorical column whose categories need a wider code type."""
+    cats = pd.CategoricalDtype(vocab).categories
+    cu = is_cudf(col)
+    if cu: cats = require_cudf().from_pandas(cats)
+    xp = _cupy() if cu else np
+    if type(col.dtype).__name__ == 'CategoricalDtype':
+        lut = xp.append(cats.get_indexer(col.cat.categories), -1)   # a missing value's code, -1, reads the last entry
+        old = col.cat.codes.astype('int64').fillna(-1).values if cu else col.cat.codes.to_numpy()
+        codes = lut[old]
+    else: codes = cats.get_indexer(col)
+    dt = codes_dtype(len(vocab))
+    codes = (codes + add).astype(dt)
+    return (require_cudf().Series if cu else pd.Series)(codes, index=col.index, name=col.name)
+
+def mode_value(col):
+    """fastai's `FillStrategy.mode` (`col.dropna().value_counts().idxmax()`) by counting on `col`'s own backend, for
+    cuDF: its Series has no `idxmax` (rapidsai/cudf#9602), and before 26.10 it orders equal counts by hash. pandas keeps
+    the counts in order of first appearance and sorts them: stably from pandas 3 (the first value to appear wins a tie),
+    with NumPy's quicksort before, whose order among ties depends on all the counts. So a tie is settled by that same
+    sort of those same counts, on the host (only then do the counts leave the device). None if `col` is all missing."""
+    xp = _cupy() if is_cudf(col) else np
+    frame = col.rename('v').reset_index(drop=True).to_frame()
+    frame['p'] = xp.arange(len(col))
+    g = frame.groupby('v', dropna=True, sort=False).agg({'p': ['count', 'min']})
+    if len(g) == 0: return None
+    g.columns = ['n', 'first']
+    g = g.sort_values('first')
+    top = g['n'] == g['n'].max()
+    if int(top.sum()) > 1 and int(pd.__version__.split('.')[0]) < 3:
+        i = pd.Series(to_host(g['n']).to_numpy()).sort_values(ascending=False).index[0]
+        return to_host(g.index[i:i+1])[0]
+    return to_host(g[top].index[:1])[0]
 
 def take_values(vocab:list, codes) -> pd.Series:
     "The values of `vocab` at integer `codes` (a pandas Series; float codes from a decoded batch are fine)."
@@ -182,7 +238,8 @@ def take_values(vocab:list, codes) -> pd.Series:
 # --- multi-hot (list) columns -------------------------------------------------------------------------------------
 def split_lists(col, sep:str):
     "A string column split on `sep` into a list column (null stays null), on the column's backend."
-    return col.str.split(sep, regex=False) if not is_cudf(col) else col.str.split(sep)
+    # regex=False on both: cuDF reads a `sep` longer than one character as a regular expression by default
+    return col.str.split(sep, regex=False)
 
 def explode_lists(col):
     """`(elements, lengths)` of a list column: the elements in row order (a null list counts as one missing element, an

@@ -12,12 +12,12 @@ from plum import dispatch
 from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.data.transforms import Categorize, EncodedMultiCategorize, RegressionSetup
 from fastai.tabular import core as fatc
-from fastai.tabular.core import FillMissing, Tabular, df_shrink_dtypes
+from fastai.tabular.core import FillMissing, Tabular
 from fastai.torch_core import display_df
 
-from .backend import (backend_of, col_to_tensor, encode_codes, explode_lists, frame_device, gather_columns, is_cudf,
-                      is_list_dtype, is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend,
-                      to_category, to_pandas)
+from .backend import (backend_of, col_to_tensor, encode_codes, explode_lists, frame_device, frame_of_tensors,
+                      gather_columns, is_cudf, is_list_dtype, is_numeric_dtype, is_str_dtype, holds_strings, pad_bags,
+                      shrink_dtypes, split_lists, to_backend, to_category, to_pandas)
 from .loader import BatchDataLoader, BatchDataLoaders, unpack_rows
 from .procs import fill_nan_check, register_procs
 
@@ -149,7 +149,7 @@ class TabularGPU(Tabular):
     def _shrink_dtypes(self, df, cat_names, cont_names, y_names) -> dict:
         "fastai's `df_shrink_dtypes` on the named columns; the category cast only for single-hot cats and targets."
         named = set(cat_names) | set(cont_names) | set(y_names)
-        dtypes = df_shrink_dtypes(df, skip=[c for c in df.columns if c not in named or c in self.multi_hot])
+        dtypes = shrink_dtypes(df, skip=[c for c in df.columns if c not in named or c in self.multi_hot])
         return {c:t for c,t in dtypes.items() if t != 'category' or c in cat_names or c in y_names}
 
     @staticmethod
@@ -188,11 +188,11 @@ class TabularGPU(Tabular):
     def set_col(self, n, v):
         "Set column `n` (a Series on this frame's index) and forget the packed tensors."
         self.items[n] = v
-        self._packed = {}
+        self._stale()
 
     def __setitem__(self, k, v):
         super().__setitem__(k, v)
-        self._packed = {}
+        self._stale()
 
     def transform(self, cols, f, all_col=True):
         "Apply `f` to each column in `cols`, as `TabularPandas.transform` (for custom procs)."
@@ -208,7 +208,7 @@ class TabularGPU(Tabular):
                                  "them in `<col>_na`), or clip them to finite values")
         if not self._has(FillMissing): fill_nan_check(self, None)
         self._check_na_names(setup)
-        self._packed = {}
+        self._stale()
 
     def _check_na_names(self, setup):
         "`<cont>_na` names in cat_names that are not columns yet: FillMissing must be about to make them."
@@ -237,15 +237,19 @@ class TabularGPU(Tabular):
     def subset(self, i):
         "Train (0) or valid (1) rows as a view: no frame copy (fastai copies), and packed tensors sliced from this object's."
         rows = slice(0, self.split) if i == 0 else slice(self.split, len(self))
-        items = self.items.iloc[rows]
-        # a shallow copy, so assigning a column to the subset is allowed and leaves this object's frame alone
-        res = self._derive(items if is_cudf(items) else items.copy(deep=False), self, rows)
-        res.split = len(items)
+        if self._items is None:   # released: so is the subset, over its slice of the row index
+            res = self._derive(None, self, rows)
+            res._schema = (*self._schema[:2], self._schema[2][rows], self._schema[3])
+        else:   # a shallow copy, so assigning a column to the subset is allowed and leaves this object's frame alone
+            items = self._items.iloc[rows]
+            res = self._derive(items if is_cudf(items) else items.copy(deep=False), self, rows)
+        res.split = len(res)
         return res
 
     def decode(self):
         "Decode in place, on the host: decoded columns are for display, and `#na#` among numbers has no cuDF dtype."
-        self.items,self._packed = to_pandas(self.items),{}
+        self.items = to_pandas(self.items)
+        self._stale()
         return self.procs.decode(self)
 
     def show(self, max_n=10, **kwargs):
@@ -255,21 +259,93 @@ class TabularGPU(Tabular):
 
     def __getstate__(self):
         # packed tensors are a cache, and a subset's parent would pickle the whole frame: both are rebuilt on demand
-        return {k:v for k,v in self.__dict__.items() if k not in ('_packed', '_parent', '_rows')}
+        state = {k:v for k,v in self.__dict__.items() if k not in ('_packed', '_parent', '_rows', '_schema')}
+        if self._items is None: state['_items'] = self._unpack_frame()   # released: the frame, not the packed rows
+        return state
 
     def __setstate__(self, state):
+        if 'items' in state: state['_items'] = state.pop('items')   # pickled before `items` was a property
         self.__dict__.update(state)
-        self._packed,self._parent = {},None
+        self._packed,self._parent,self._schema = {},None,None
+
+    # --- the processed frame, released once packed ----------------------------------------------------------------
+    @property
+    def items(self):
+        "The processed frame; after `release_frame` (which `dataloaders()` calls) it is rebuilt from the packed rows."
+        if self._items is None: self._items,self._schema = self._unpack_frame(),None
+        return self._items
+
+    @items.setter
+    def items(self, df): self._items,self._schema = df,None
+
+    def __len__(self): return len(self._items) if self._items is not None else len(self._schema[2])
+
+    @property
+    def _columns(self) -> list:
+        "The frame's column names, without rebuilding a released frame."
+        return list(self._items.columns) if self._items is not None else self._schema[0]
+
+    def _stale(self):
+        "The packed rows are about to go stale: a released frame comes back first (they are all it is made of)."
+        if self._items is None: self.items
+        self._packed = {}
+
+    def _packs_whole(self) -> bool:
+        """Whether the packed rows can stand in for the frame: every column is packed, cats as integer codes, conts as
+        floats (a float64 one comes back holding the float32 that batches hold), targets as codes or floats. Not:
+        multi-hot lists (packed as codes, cut to a width), integer conts or regression targets (float32 rounds them)."""
+        named = set(self.cat_names + self.cont_names + self.y_names)
+        if self.multi_hot or set(self._items.columns) != named: return False
+        kind = {n: getattr(d, 'kind', None) for n,d in self._items.dtypes.items()}
+        ys = [n for n in self.y_names if n in kind]
+        return (all(kind[n] == 'i' for n in self.cat_names) and all(kind[n] == 'f' for n in self.cont_names)
+                and all(kind[n] == 'f' or kind[n] == 'i' and self._y_dtype() == torch.int64 for n in ys))
+
+    def release_frame(self) -> bool:
+        """Drop the processed frame, keeping its row index, so that the device holds the packed rows and not both;
+        `dataloaders()` calls this on the object and its subsets. Whatever reads `items` later (`to.train.xs`,
+        `Interpretation`'s `interp[idxs]`, `show`, pickling) gets the frame back, rebuilt from the packed rows (and kept
+        then: using the frame undoes the freeing). Codes come back exact, float conts as the float32 every batch holds.
+        Returns whether the frame is released: not where the packed rows cannot rebuild it (see `_packs_whole`)."""
+        if self._items is None: return True
+        if not self._packs_whole(): return False
+        df = self._items
+        home = frame_device(df)
+        self.packed_rows(home)   # packed now if not yet
+        self._schema,self._items = (list(df.columns), dict(df.dtypes), df.index, home),None
+        return True
+
+    def _unpack_frame(self):
+        "The released frame, rebuilt from the packed rows on the frame's device: a copy, with its dtypes and index."
+        cols,dtypes,index,home = self._schema
+        cats,conts,*ys = self.packed(home)
+        at = {n: t[:, j] for names,t in zip((self.cat_names, self.cont_names, self.y_names), (cats, conts, *ys))
+              for j,n in enumerate(names)}
+        return frame_of_tensors({c: at[c] for c in cols}, dtypes, index)
+
+    def new_empty(self):
+        "fastai's `new_empty`, taking the column names without rebuilding a released frame."
+        return self.new(pd.DataFrame({}, columns=self._columns))
+
+    def dataloaders(self, *args, keep_frame=False, **kwargs):
+        """fastai's `Tabular.dataloaders`, then `release_frame` on this object and the loaders' subsets (unless
+        `keep_frame`): once packed, the processed frame is not needed to train, show or predict."""
+        dls = super().dataloaders(*args, **kwargs)
+        if not keep_frame:
+            for o in [self, *(dl.dataset for dl in dls.loaders)]:
+                if isinstance(o, TabularGPU): o.release_frame()
+        return dls
 
     # --- packing --------------------------------------------------------------------------------------------------
     @property
-    def has_y(self) -> bool: return len(self.y_names) > 0 and all(n in self.items.columns for n in self.y_names)
+    def has_y(self) -> bool: return len(self.y_names) > 0 and all(n in self._columns for n in self.y_names)
 
     def packed_rows(self, device=None) -> tuple:
         """`(rows, layout)`: every processed column in one row-major int32 tensor on `device` (default: the frame's),
         y first, then cats, then conts as float32 bits, so that a batch is a single gather; `layout` says where each
         of `(cats, conts[, ys])` is and its dtype (see `unpack_rows`). Packed once, then cached per device."""
-        device = torch.device(device) if device is not None else frame_device(self.items)
+        device = torch.device(device) if device is not None else \
+            frame_device(self._items) if self._items is not None else self._schema[3]
         if device.type == 'cuda' and device.index is None: device = torch.device('cuda', torch.cuda.current_device())
         if device not in self._packed:
             if self._parent is None: rows,layout = self._pack()

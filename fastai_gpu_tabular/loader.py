@@ -51,6 +51,7 @@ class BatchDataLoader(TabDataLoader):
         if bs is None or int(bs) < 1: raise ValueError(f"bs must be a positive integer, got {bs!r}")
         if after_batch is None: after_batch = [ReadTabBatchGPU(dataset)]
         self.wgts = None if wgts is None else torch.as_tensor(wgts, dtype=torch.float)
+        self._cdf = None   # the weights' running sum, on the data's device
         # worker processes would only copy the packed tensors: everything here is one gather on the device
         super().__init__(dataset, bs=int(bs), shuffle=shuffle, after_batch=after_batch, num_workers=0, **kwargs)
         if self.wgts is not None and len(self.wgts) != self.n:
@@ -68,7 +69,10 @@ class BatchDataLoader(TabDataLoader):
     def to(self, device):
         "Move to `device` now, so a bad frame fails here rather than at the first batch."
         self.device = device
-        if self.n: self.rows
+        if not self.n: return self
+        dev = self.rows[0].device
+        # made here, once: an upload of the weights each epoch would be a device sync
+        if self.wgts is not None: self._cdf = self.wgts.to(dev, torch.float64).cumsum(0)
         return self
 
     def _overridden(self, nm):
@@ -90,7 +94,9 @@ class BatchDataLoader(TabDataLoader):
     def _own_order(self):
         if not self.shuffle: return None
         dev = self.rows[0].device
-        if self.wgts is not None: return torch.multinomial(self.wgts.to(dev), self.n, replacement=True)
+        if self.wgts is not None:   # n draws with replacement by weight: inverse-CDF sampling, no row limit, no sync
+            u = torch.rand(self.n, device=dev, dtype=torch.float64) * self._cdf[-1]
+            return torch.searchsorted(self._cdf, u, right=True).clamp_(max=self.n - 1)
         if self._overridden('shuffle_fn'): return self.shuffle_fn(torch.arange(self.n, device=dev))
         return torch.randperm(self.n, device=dev)
 
@@ -134,5 +140,6 @@ class BatchDataLoaders(TabularDataLoaders):
     @classmethod
     def from_csv(cls, csv, skipinitialspace=True, backend=None, **kwargs):
         "Create `BatchDataLoaders` from `csv`, read by cuDF when `backend='cudf'`, else by pandas"
-        df = require_cudf().read_csv(csv) if backend == 'cudf' else pd.read_csv(csv, skipinitialspace=skipinitialspace)
+        read = require_cudf().read_csv if backend == 'cudf' else pd.read_csv
+        df = read(csv, skipinitialspace=skipinitialspace)
         return cls.from_df(df, backend=backend, **kwargs)

@@ -10,7 +10,8 @@ from fastai.data.transforms import Categorize, CategoryMap, Normalize
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy, Tabular
 
-from .backend import encode_codes, explode_lists, host_scalar, is_cudf, sorted_uniques, take_values, to_host
+from .backend import (encode_codes, explode_lists, holds_py_bools, host_scalar, is_cudf, mode_value, sorted_uniques,
+                      take_values, to_host)
 
 __all__ = ['Categorify', 'register_procs', 'category_map', 'fill_nan_check', 'freq_values', 'bag_width']
 
@@ -48,7 +49,7 @@ def _cat_values(col, strict=False) -> list:
     if type(col.dtype).__name__ != 'CategoricalDtype': return sorted_uniques(col)   # pandas' or cuDF's
     cats = list(to_host(col.cat.categories))
     if not strict: return cats
-    present = set(to_host(col.dropna().unique()))
+    present = set(to_host(col.dropna().drop_duplicates()))
     return [c for c in cats if c in present]
 
 def freq_values(col, min_freq=None, max_vocab=None) -> list:
@@ -109,6 +110,8 @@ def _categorify_setups(self, to):
         # a category column's vocab is its categories (from all rows, for fastai's df_shrink cast); frequencies
         # (min_freq, max_vocab) are counted on the training rows
         values = freq_values(col, mf, mv) if mf or mv else _cat_values(col)
+        # pandas holds a bool column with missing values as Python objects: fastai's vocab has `bool`, not `np.bool_`
+        if n not in to.multi_hot and holds_py_bools(to.full_items[n]): values = [bool(v) for v in values]
         self.classes[n] = category_map(values)
 
 def _categorify_encodes(self, to):
@@ -122,13 +125,17 @@ def _categorify_decodes(self, to):
 
 # --- FillMissing --------------------------------------------------------------------------------------------------
 def _fill_value(strategy, col, fill, name):
-    v = host_scalar(to_host(strategy(col, fill)))
+    computed = strategy is not FillStrategy.constant
+    if computed and not col.notna().any(): v = None   # pandas' mode would fail in `idxmax` rather than say this
+    # cuDF has no `idxmax` for fastai's mode (`value_counts().idxmax()`): counted on the device, with pandas' tie rule
+    elif strategy is FillStrategy.mode and is_cudf(col): v = mode_value(col)
+    else: v = host_scalar(to_host(strategy(col, fill)))
     if v is None or (pd.api.types.is_scalar(v) and pd.isna(v)):
         raise ValueError(f"continuous column {name!r} is entirely NaN in the training rows: FillMissing cannot "
                          "compute a fill value. Drop the column or pass `fill_vals`")
     # pandas' median/mode of a float32 column is a float32: give cuDF's results that type too
-    computed = is_cudf(col) and strategy is not FillStrategy.constant
-    return col.dtype.type(v) if computed and isinstance(v, (float, np.floating)) and col.dtype.kind == 'f' else v
+    cast = is_cudf(col) and computed and isinstance(v, (float, np.floating)) and col.dtype.kind == 'f'
+    return col.dtype.type(v) if cast else v
 
 def _fillmissing_setups(self, to):
     strategy = getattr(FillStrategy, self.fill_strategy) if isinstance(self.fill_strategy, str) else self.fill_strategy
@@ -145,17 +152,22 @@ def _fillmissing_encodes(self, to):
         if self.add_col and n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')
 
 # --- Normalize ----------------------------------------------------------------------------------------------------
-def _stat_dict(s, dtypes) -> dict:
-    "A reduction of the cont frame as a dict; on cuDF, cast to the dtype pandas gives (float32 only if all are)."
-    if not is_cudf(s): return dict(s)
-    t = np.result_type(np.float32, *[np.float64 if d.kind in 'iub' else d for d in dtypes])
-    return {k: t.type(v) for k,v in to_host(s).items()}
+def _stats(conts) -> tuple:
+    """fastai's `dict(conts.mean())` and `dict(conts.std(ddof=0)+1e-7)`. On cuDF, which reduces a float32 column in
+    float32 and refuses a bool column next to numbers, each column is reduced in float64 and rounded as pandas rounds:
+    to float32 for a float32 column (pandas' `std` is float64 inside), then to the frame's result dtype (float32 only
+    if every column is), where the 1e-7 is added."""
+    if not is_cudf(conts): return dict(conts.mean()), dict(conts.std(ddof=0) + 1e-7)
+    own = {n: np.float32 if conts[n].dtype == np.float32 else np.float64 for n in conts.columns}
+    t = np.float32 if all(o is np.float32 for o in own.values()) else np.float64
+    cols = {n: conts[n].astype('float64') for n in conts.columns}
+    means = {n: t(own[n](host_scalar(c.mean()))) for n,c in cols.items()}
+    stds = {n: t(own[n](host_scalar(c.std(ddof=0)))) + t(1e-7) for n,c in cols.items()}
+    return means, stds
 
 def _normalize_setups(self, to):
-    conts = to.train.items[list(to.cont_names)]   # a plain Transform: `setups` gets the whole object
-    dtypes = [conts[n].dtype for n in to.cont_names]
-    self.means = _stat_dict(conts.mean(), dtypes)
-    self.stds = _stat_dict(conts.std(ddof=0) + 1e-7, dtypes)
+    # a plain Transform: `setups` gets the whole object
+    self.means,self.stds = _stats(to.train.items[list(to.cont_names)])
     return self(to)
 
 def _normalize_encodes(self, to):
@@ -180,7 +192,7 @@ def _categorize_encodes(self, to):
         col = to.items[n]
         codes = encode_codes(col, list(self.vocab.items), add=0)
         if (codes < 0).any():
-            unseen = to_host(col[codes < 0].unique())[:5]
+            unseen = to_host(col[codes < 0].drop_duplicates())[:5]
             raise ValueError(f"target column {n!r} has labels not seen in the training rows, e.g. {list(unseen)}; "
                              f"the training labels are {list(self.vocab.items)[:10]}")
         to.set_col(n, codes)

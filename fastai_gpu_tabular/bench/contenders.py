@@ -14,13 +14,16 @@ The JSON it writes (schema_version 1; sizes in MB = 2**20 bytes, batch sizes as 
     contenders  {name: {status 'ok'|'skipped'|'failed', reason, tabular_type, loader_type, backend, device,
                  torch_threads, rows, n_train, n_valid, n_cat, n_cont, load_s, preprocess_s (the fastest build),
                  preprocess_s_all, dataloaders_s, baseline_rss_mb, peak_rss_mb, rss_increase_mb, rss_phases_mb{phase:
-                 peak}, rss_method, peak_gpu_mb, gpu_detail{...}, loader_rows_per_s{bs: rows/s}, loader_detail{bs:
-                 {rows_per_s, method, capped, epochs, epoch_rows_per_s, mean_rows_per_s, bare_ns_per_row,
-                 overhead_ns_per_row, ...}}, loader_capped,
+                 peak}, rss_method, peak_gpu_mb, gpu_detail{...}, held_after_dataloaders{frame_mb, index_mb, packed_mb,
+                 resident_mb, resident_vs_packed}, gpu_after_dataloaders_mb, loader_rows_per_s{bs: rows/s},
+                 loader_detail{bs: {rows_per_s, method, capped, epochs, epoch_rows_per_s, mean_rows_per_s,
+                 bare_ns_per_row, overhead_ns_per_row, ...}}, loader_capped,
                  batch[[shape, dtype, device]], gather_bandwidth{bs: {...}}, train_rows_per_s, train_s, train_rows,
-                 train_bs, train_loss, valid_s, valid_auc, model{...}, wall_s, cpu_s, loadavg_start, loadavg_end}}
+                 train_bs, train_loss, valid_s, valid_auc, end_to_end_s, model{...}, wall_s, cpu_s, loadavg_start,
+                 loadavg_end}}
     ratios      {vs_stock_shuffle|vs_stock_weighted: {name: {preprocess_speedup, preprocess_total_speedup,
-                 loader_speedup{bs}, train_speedup, peak_rss_ratio, rss_increase_ratio, valid_auc_delta}}}
+                 end_to_end_speedup, loader_speedup{bs}, train_speedup, peak_rss_ratio, rss_increase_ratio,
+                 valid_auc_delta}}}
                  (speedups are reference time / contender time: >1 is faster; memory ratios are contender / reference)
     targets     [{name, contender, reference, value, target, met}] (DESIGN.md's targets for the device)
     curve       {name: [{rows, preprocess_s, preprocess_us_per_row, loader_rows_per_s{bs}, loader_ns_per_row{bs},
@@ -35,12 +38,12 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-from .machine import GPUMeter, RSSMeter, git_state, hardware, sync, versions
+from .machine import MB, GPUMeter, RSSMeter, git_state, hardware, sync, versions
 from .report import fmt, ratio, table
 from .timing import bare_epoch, gather_bandwidth, time_loader
 
-__all__ = ['CONTENDERS', 'SCHEMA_VERSION', 'run_contender', 'compute_ratios', 'check_targets', 'format_table',
-           'plot_ratios', 'run_bench', 'worker']
+__all__ = ['CONTENDERS', 'SCHEMA_VERSION', 'run_contender', 'held_memory', 'compute_ratios', 'check_targets',
+           'format_table', 'plot_ratios', 'run_bench', 'worker']
 
 CONTENDERS = ('stock_weighted', 'stock_shuffle', 'gpu_pandas', 'gpu_cudf')
 REFERENCES = ('stock_shuffle', 'stock_weighted')
@@ -161,6 +164,21 @@ def _packed_tensors(dl) -> tuple|None:
     if not isinstance(dl, BatchDataLoader): return None
     return (dl.rows[0],) if hasattr(type(dl), 'rows') else tuple(dl.tensors)
 
+def held_memory(to) -> dict:
+    """MB a Tabular holds once its loaders exist: the processed frame (0 once a TabularGPU released it), its row
+    index, the packed rows (TabularGPU, one copy), their sum, and that sum over the packed rows (DESIGN.md: <= 1.2)."""
+    released = getattr(to, '_items', True) is None
+    frame = None if released else to.items
+    index = to._schema[2] if released else frame.index
+    out = {'frame_mb': 0. if released else float(frame.memory_usage(index=False, deep=True).sum()) / MB,
+           'index_mb': float(index.memory_usage(deep=True)) / MB}
+    if hasattr(to, 'packed_rows'):
+        rows = to.packed_rows()[0]
+        out['packed_mb'] = rows.numel() * rows.element_size() / MB
+    out['resident_mb'] = sum(out.values())
+    if out.get('packed_mb'): out['resident_vs_packed'] = out['resident_mb'] / out['packed_mb']
+    return {k: round(v, 3) for k,v in out.items()}
+
 def _loaders(name, opts, ctx, dls, res):
     "Rows/s of the shuffled training loader at each batch size (and, for packed tensors, the gather's bandwidth)."
     from fastai.torch_core import set_seed
@@ -198,6 +216,8 @@ def run_contender(name:str, opts, res:dict|None=None) -> dict:
     sync(ctx.device)
     res['dataloaders_s'] = round(time.perf_counter() - t0, 3)
     ctx.rss.phase(ctx.phases, 'dataloaders')
+    res['held_after_dataloaders'] = held_memory(to)
+    res['gpu_after_dataloaders_mb'] = ctx.gpu.current()
     b = dls.train.one_batch()
     res.update(tabular_type=type(to).__name__, loader_type=type(dls.train).__name__, n_cat=len(to.cat_names),
                n_cont=len(to.cont_names), backend='cudf' if name == 'gpu_cudf' else 'pandas',
@@ -209,6 +229,10 @@ def run_contender(name:str, opts, res:dict|None=None) -> dict:
     if not opts.no_train:
         _train(res, dls, to, opts, ctx.device)
         _log(name, f'train {res["train_rows_per_s"]:,.0f} rows/s, valid AUC {res["valid_auc"]}')
+        # what a user waits for: read the file, build the Tabular (the first build), dataloaders(), train an epoch,
+        # predict the validation rows
+        res['end_to_end_s'] = round(sum(res[k] for k in ('load_s', 'preprocess_s', 'dataloaders_s', 'train_s',
+                                                         'valid_s')), 3)
         ctx.rss.phase(ctx.phases, 'train')
     res['rss_phases_mb'],res['rss_method'] = ctx.phases,ctx.rss.method
     res['peak_rss_mb'] = max(ctx.phases.values())
@@ -247,6 +271,7 @@ def compute_ratios(contenders:dict) -> dict:
                 'loader_speedup': {bs: ratio(v, r.get('loader_rows_per_s', {}).get(bs))
                                    for bs,v in c.get('loader_rows_per_s', {}).items()},
                 'train_speedup': ratio(c.get('train_rows_per_s'), r.get('train_rows_per_s')),
+                'end_to_end_speedup': ratio(r.get('end_to_end_s'), c.get('end_to_end_s')),
                 'peak_rss_ratio': ratio(c.get('peak_rss_mb'), r.get('peak_rss_mb')),
                 # a tiny increase (small data) would make a meaningless ratio
                 'rss_increase_ratio': ratio(c.get('rss_increase_mb'), r.get('rss_increase_mb'))
@@ -278,6 +303,9 @@ def check_targets(res:dict) -> list:
             worst(vs[name]['loader_speedup']), 200. if cuda else 10.)
         if cuda: add('one training epoch vs stock fastai', name, 'stock_shuffle', vs[name]['train_speedup'], 20.)
         else: add('peak RSS <= TabularPandas (ratio)', name, 'stock_shuffle', vs[name]['peak_rss_ratio'], 1., True)
+        held = cs[name].get('held_after_dataloaders') or {}
+        if cuda: add('resident after dataloaders() <= packed rows (ratio)', name, 'its packed rows',
+                     held.get('resident_vs_packed'), 1.2, True)
         gb = cs[name].get('gather_bandwidth')
         if gpu and gb:
             add('batch gather vs device copy bandwidth', name, 'copy_ of same-size buffers',
@@ -308,8 +336,13 @@ def format_table(res:dict) -> str:
     bss = sorted({bs for c in cs.values() for bs in c.get('loader_rows_per_s', {})}, key=int)
     metrics = [('status', 'status'), ('preprocess s' + (', fastest build' if m['args'].get('repeat_preprocess', 1) > 1
                                                        else ''), 'preprocess_s'), ('dataloaders() s', 'dataloaders_s'),
-               ('peak RSS MB', 'peak_rss_mb'), ('RSS increase MB', 'rss_increase_mb'), ('peak GPU MB', 'peak_gpu_mb')]
+               ('peak RSS MB', 'peak_rss_mb'), ('RSS increase MB', 'rss_increase_mb'), ('peak GPU MB', 'peak_gpu_mb'),
+               ('GPU allocated after dataloaders() MB', 'gpu_after_dataloaders_mb')]
     rows = [[lbl] + [cs[n].get(k) if k == 'status' else fmt(cs[n].get(k)) for n in names] for lbl,k in metrics]
+    held = lambda n,k: fmt((cs[n].get('held_after_dataloaders') or {}).get(k))
+    rows += [[lbl] + [held(n, k) for n in names] for lbl,k in (
+        ('held after dataloaders(): frame MB', 'frame_mb'), ('held: packed rows MB', 'packed_mb'),
+        ('held: frame+index+packed MB', 'resident_mb'), ('held / packed rows (x)', 'resident_vs_packed'))]
     if any(len(cs[n].get('preprocess_s_all') or ()) > 1 for n in names):   # the fastest build is the row above
         rows.insert(2, ['preprocess s, first build'] + [fmt((cs[n].get('preprocess_s_all') or [None])[0])
                                                         for n in names])
@@ -317,6 +350,7 @@ def format_table(res:dict) -> str:
         rows.append([f'loader rows/s bs={bs}'] + [fmt(cs[n].get('loader_rows_per_s', {}).get(bs)) +
                      ('*' if cs[n].get('loader_detail', {}).get(bs, {}).get('capped') else '') for n in names])
     rows += [['train rows/s (1 epoch)'] + [fmt(cs[n].get('train_rows_per_s')) for n in names],
+             ['end to end s (load, build, loaders, epoch, preds)'] + [fmt(cs[n].get('end_to_end_s')) for n in names],
              ['valid AUC'] + [fmt(cs[n].get('valid_auc'), 'num') if cs[n].get('valid_auc') is None
                               else f"{cs[n]['valid_auc']:.4f}" for n in names]]
     out.append(table(['metric'] + names, rows))
@@ -328,6 +362,7 @@ def format_table(res:dict) -> str:
                 ['preprocess+dataloaders speedup'] + [fmt(vs[n]['preprocess_total_speedup'], 'x') for n in ns]]
         rows += [[f'loader speedup bs={bs}'] + [fmt(vs[n]['loader_speedup'].get(bs), 'x') for n in ns] for bs in bss]
         rows += [['train speedup'] + [fmt(vs[n]['train_speedup'], 'x') for n in ns],
+                 ['end-to-end speedup'] + [fmt(vs[n].get('end_to_end_speedup'), 'x') for n in ns],
                  ['peak RSS ratio'] + [fmt(vs[n]['peak_rss_ratio'], 'x') for n in ns],
                  ['RSS increase ratio'] + [fmt(vs[n]['rss_increase_ratio'], 'x') for n in ns],
                  ['valid AUC delta'] + [fmt(vs[n]['valid_auc_delta'], 'd') for n in ns]]

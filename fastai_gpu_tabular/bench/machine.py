@@ -121,6 +121,15 @@ class GPUMeter:
             free,total = self.torch.cuda.mem_get_info()
             self.used_peak = max(self.used_peak, total - free)
 
+    def current(self) -> float|None:
+        "MB allocated now on the device by torch, and by RMM (cuDF) when its statistics are on."
+        if not self.on: return None
+        mb = self.torch.cuda.memory_allocated() / MB
+        if self.rmm is not None:
+            try: mb += self.rmm.get_statistics().current_bytes / MB
+            except Exception: pass   # statistics off after all: torch's part only
+        return round(mb, 1)
+
     def reset_base(self):
         if not self.on: return
         self.torch.cuda.reset_peak_memory_stats()
