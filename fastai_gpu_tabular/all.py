@@ -9,3 +9,4 @@ from .model import *
 from .learner import *
 from .optimizer import *
 from .data import *
+from .distributed import *
