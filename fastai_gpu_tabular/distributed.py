@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from copy import copy
+from functools import wraps
 
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from fastcore.basics import defaults
-import fastai.learner   # noqa: F401 (sets `defaults.callbacks`, which our callbacks join at the end)
 from fastai.callback.core import Callback
 from fastai.callback.schedule import LRFinder
 from fastai.data.core import TfmdDL
+from fastai.learner import Learner
 from fastai.torch_core import apply, maybe_gather, num_distrib, to_detach, to_device
 
 from .loader import BatchDataLoader, _gather
@@ -197,7 +197,7 @@ class SparseGradSync(Callback):
     """Under `distrib_ctx`, tables with sparse gradients (`tabular_learner(sparse=...)`, `nn.Embedding(sparse=True)`)
     are left out of DDP, which cannot average them (NCCL has no sparse all-reduce; DDP only knows `nn.Embedding` and
     `nn.EmbeddingBag` to be sparse), and averaged here before the step: every rank's rows and values gathered, divided
-    by the world size. One host sync a step (the sizes). Does nothing unless fastai's `DistributedTrainer` is on."""
+    by the world size. One host sync a step (the sizes). `distrib_ctx` adds it (see `to_distributed` below)."""
     order = 9   # before_fit before DistributedTrainer's DDP wrap (11); before_step before MixedPrecision's unscale (10)
 
     def before_fit(self):
@@ -235,7 +235,7 @@ class DistributedLRFind(Callback):
     """`lr_find` under `distrib_ctx` as on one process: `num_it` steps (fastai counts epochs with the unsharded `len`),
     and every rank gets its model and optimizer back, from a copy in host memory. fastai's `LRFinder` saves them on
     rank 0 only, into a temporary folder of each rank's own: the other ranks never reload, and rank 0 then waits for
-    them in `load`'s barrier until the process group times out. Does nothing outside `distrib_ctx`."""
+    them in `load`'s barrier until the process group times out. `distrib_ctx` adds it (see `to_distributed` below)."""
     order = LRFinder.order - 1   # after DistributedTrainer's wrap; after_fit before LRFinder's: it then loads nothing
 
     def before_fit(self):
@@ -254,5 +254,21 @@ class DistributedLRFind(Callback):
         self.opt.load_state_dict(to_device(self.state[1], next(m.parameters()).device))   # as `learn.load` maps it
         self.state = None
 
-for _cb in (SparseGradSync, DistributedLRFind):
-    if _cb not in defaults.callbacks: defaults.callbacks.append(_cb)
+if DistributedDL is not None and not hasattr(Learner.to_distributed, '_fgt'):   # once, even if reloaded
+    _to_distributed,_detach_distributed = Learner.to_distributed,Learner.detach_distributed
+    _OURS = (SparseGradSync, DistributedLRFind)
+
+    @wraps(_to_distributed)
+    def to_distributed(self:Learner, *args, **kwargs):
+        "fastai's `to_distributed` (which `distrib_ctx` calls), plus `SparseGradSync` and `DistributedLRFind`."
+        _to_distributed(self, *args, **kwargs)
+        return self.add_cbs([cb() for cb in _OURS])
+
+    @wraps(_detach_distributed)
+    def detach_distributed(self:Learner):
+        "fastai's `detach_distributed`, removing our callbacks too: an exported learner carries none of them."
+        self.remove_cbs([cb for cb in self.cbs if isinstance(cb, _OURS)])
+        return _detach_distributed(self)
+
+    to_distributed._fgt = True
+    Learner.to_distributed,Learner.detach_distributed = to_distributed,detach_distributed

@@ -100,6 +100,8 @@ def rank_main(out):
                 DistributedDL(learn.dls.train).show_batch(max_n=2)
         finally: core.display_df = display
         res['shown'] = shown
+        res['cbs_in'] = [type(cb).__name__ for cb in learn.cbs]
+    res['cbs_out'] = [type(cb).__name__ for cb in learn.cbs]
     learn.export(out/'export.pkl')   # after distrib_ctx, as fastai's docs do; fastai writes it on rank 0 only
     for name,cb in (('fp16', None), ('bf16', CPUBFloat16())):   # fastai's to_fp16 (autocast is off on a CPU); bf16
         set_seed(0)
@@ -268,6 +270,8 @@ def test_sparse_tables_step_as_one_process(ranks):
 
 def test_export_from_rank0_loads(ranks, adult):
     (r0,_),out = ranks
+    ours = {'DistributedTrainer', 'SparseGradSync', 'DistributedLRFind'}
+    assert ours <= set(r0['cbs_in']) and not ours & set(r0['cbs_out'])   # distrib_ctx adds them, and takes them away
     df,splits,_ = adult
     learn = load_learner(out/'export.pkl', cpu=True)
     p,_ = learn.get_preds(dl=learn.dls.test_dl(df.iloc[splits[1]]))
