@@ -1,7 +1,7 @@
 """The `ddp` suite: a loader epoch per rank under torchrun, `DistributedBatchDL` against fastai's `DistributedDL`."""
 from __future__ import annotations
 
-import json, os, subprocess, sys, tempfile, time
+import json, os, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 
 from .report import table
@@ -109,9 +109,13 @@ def ddp_suite(rows=(1_000_000, 10_000_000), bs=65536, nproc=2, device='cpu', con
                '--rdzv-endpoint', '127.0.0.1:0', '-m', __name__, args]
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as out:
-            p = subprocess.run(cmd + [out], capture_output=True, text=True, timeout=timeout,
-                               env={**os.environ, 'OMP_NUM_THREADS': str(threads)})
-            if p.returncode: raise RuntimeError(f'the {nproc}-rank run of {n:,} rows failed:\n{p.stderr[-4000:]}')
+            p = subprocess.Popen(cmd + [out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, 'OMP_NUM_THREADS': str(threads)}, start_new_session=True)
+            try: _,err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)   # torchrun and its ranks: none left waiting on the others
+                raise
+            if p.returncode: raise RuntimeError(f'the {nproc}-rank run of {n:,} rows failed:\n{err[-4000:]}')
             ranks = [json.loads((Path(out)/f'rank{r}.json').read_text()) for r in range(nproc)]
         r = {'wall_s': round(time.perf_counter() - t0, 1)}
         for c in contenders:
