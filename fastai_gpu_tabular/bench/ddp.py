@@ -48,25 +48,19 @@ def _fastai_ddl():
             return self.dl.create_batches(idxs)
     return FastaiDDL
 
-def _time_epochs(dl, epochs, warmup, max_s, device):
-    "Seconds of each timed epoch (after `warmup`; none begun past `max_s` on any rank), batches and rows of one, len()."
-    import torch, torch.distributed as dist
+def _epoch(dl, device) -> tuple:
+    "One pass over `dl`, reading each batch as a step would: `(seconds, batches, rows)`."
     from .machine import sync
-    times,t_start = [],time.perf_counter()
-    for e in range(warmup + epochs):
-        spent = torch.tensor([time.perf_counter() - t_start], device=device)
-        dist.all_reduce(spent, op=dist.ReduceOp.MAX)   # every rank stops after the same epoch
-        if e > warmup and spent.item() > max_s: break
-        t0,nb,rows = time.perf_counter(),0,0
-        for b in dl:
-            b[0][-1].sum()   # read the batch, as a step would
-            nb,rows = nb + 1,rows + len(b[0])
-        sync(device)
-        if e >= warmup: times.append(time.perf_counter() - t0)
-    return dict(epoch_s=[round(t, 4) for t in times], batches=nb, rows=rows, len=len(dl))
+    t0,nb,rows = time.perf_counter(),0,0
+    for b in dl:
+        b[0][-1].sum()
+        nb,rows = nb + 1,rows + len(b[0])
+    sync(device)
+    return time.perf_counter() - t0, nb, rows
 
 def _worker(args, out):
-    "One rank: the contenders' epochs over the same packed rows, and this process's peak RSS during each."
+    """One rank: each contender's warm-up epochs in turn (its peak RSS), then the timed epochs in rounds, one epoch of
+    each contender a round, so that the shared machine's drift touches them alike."""
     import torch, torch.distributed as dist
     from fastai.distributed import DistributedDL
     from fastai.torch_core import rank_distrib
@@ -82,13 +76,21 @@ def _worker(args, out):
     rss = RSSMeter()
     rows,layout = _criteo_rows(a['rows'], device)
     dl = BatchDataLoader(_Packed(rows, layout), bs=a['bs'], shuffle=True, drop_last=True, after_batch=[], device=device)
-    res = {}
-    for name in a['contenders']:
+    make = {'ours': lambda: DistributedDL(dl), 'fastai': lambda: _fastai_ddl()(dl), 'single': lambda: dl}
+    loaders,res = {c: make[c]() for c in a['contenders']},{}
+    assert 'ours' not in loaders or type(loaders['ours']) is DistributedBatchDL   # what distrib_ctx would make
+    for c,d in loaders.items():
         rss.reset()
-        d = {'ours': lambda: DistributedDL(dl), 'fastai': lambda: _fastai_ddl()(dl), 'single': lambda: dl}[name]()
-        assert name != 'ours' or type(d) is DistributedBatchDL
-        res[name] = _time_epochs(d, a['epochs'], a['warmup'], a['max_s'], device)
-        res[name]['peak_rss_mb'] = round(rss.peak(), 1)
+        for _ in range(a['warmup']): _epoch(d, device)
+        res[c] = dict(epoch_s=[], len=len(d), peak_rss_mb=round(rss.peak(), 1))
+    for e in range(a['epochs']):
+        for c,d in loaders.items():
+            spent = torch.tensor([sum(res[c]['epoch_s'])], device=device)
+            dist.all_reduce(spent, op=dist.ReduceOp.MAX)   # every rank skips alike, and they start together
+            if e and spent.item() > a['max_s']: continue
+            t,nb,n = _epoch(d, device)
+            res[c]['epoch_s'].append(round(t, 4))
+            res[c].update(batches=nb, rows=n)
     (Path(out)/f'rank{rank_distrib()}.json').write_text(json.dumps(res))
     dist.destroy_process_group()
 
@@ -96,9 +98,9 @@ def ddp_suite(rows=(1_000_000, 10_000_000), bs=65536, nproc=2, device='cpu', con
               warmup=1, max_s=120., threads=1, timeout=3600.) -> dict:
     """Per rank, a shuffled `drop_last` loader epoch of Criteo-like packed rows (168 B a row) for each row count, in
     `nproc` processes started by torchrun (gloo on 127.0.0.1; NCCL with `device='cuda'`, one GPU a rank): this
-    package's wrapper, fastai's `DistributedDL` path and the single-process loader. Per contender: each rank's best
-    timed epoch and the slowest rank's (a step waits for it), batches out against `len()`, peak RSS (only the first
-    contender's is clean: memory freed before is not always returned)."""
+    package's wrapper, fastai's `DistributedDL` path and the single-process loader, timed in rounds (`_worker`). Per
+    contender: each rank's best timed epoch and the slowest rank's (a step waits for it), batches out against `len()`,
+    peak RSS in its warm-up epoch (only the first contender's is clean: memory freed is not always returned)."""
     bad = [c for c in contenders if c not in CONTENDERS]
     if bad: raise ValueError(f'unknown contender(s) {bad}: pick from {",".join(CONTENDERS)}')
     res = {}
@@ -135,7 +137,7 @@ def add_args(group):
     a('--ddp-nproc', type=int, default=2, help='processes (ranks); with --device cuda at most one per GPU')
     a('--ddp-contenders', default=','.join(CONTENDERS), help=f'a subset of {",".join(CONTENDERS)}')
     a('--ddp-epochs', type=int, default=2, help='timed epochs per contender (after one warm-up epoch)')
-    a('--ddp-max-s', type=float, default=120., help='no new timed epoch once a contender has run this long')
+    a('--ddp-max-s', type=float, default=120., help='no more timed epochs of a contender once they took this long')
 
 def run(opts) -> dict:
     return ddp_suite(rows=[int(float(x)) for x in opts.ddp_rows.split(',') if x], bs=opts.ddp_bs, nproc=opts.ddp_nproc,
