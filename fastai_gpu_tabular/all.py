@@ -12,3 +12,4 @@ from .metrics import *
 from .data import *
 from .export import *
 from .keras_loader import *
+from .distributed import *

@@ -1,0 +1,158 @@
+"""The `ddp` suite: a loader epoch per rank under torchrun, `DistributedBatchDL` against fastai's `DistributedDL`."""
+from __future__ import annotations
+
+import json, os, signal, subprocess, sys, tempfile, time
+from pathlib import Path
+
+from .report import table
+
+__all__ = ['ddp_suite', 'run', 'format_table', 'add_args']
+
+CONTENDERS = {'ours': "DistributedBatchDL (distrib_ctx's wrapper of a BatchDataLoader, this package)",
+              'fastai': "fastai's DistributedDL on the same BatchDataLoader, patched to run (see `_fastai_ddl`)",
+              'single': 'the BatchDataLoader alone: one process, every row'}
+
+def _criteo_rows(n, device, seed=0):
+    "`(rows, layout)` as `TabularGPU.packed_rows` holds Criteo: an int64 label, 26 cats, 13 conts, 1 pad column."
+    import torch
+    g = torch.Generator(device=device).manual_seed(seed)   # the same rows on every rank
+    rows = torch.randint(0, 1000, (n, 42), dtype=torch.int32, device=device, generator=g)
+    rows[:, 28:41] = torch.randn(n, 13, device=device, generator=g).view(torch.int32)
+    rows[:, 0:2] = torch.randint(0, 2, (n, 1), device=device, generator=g).view(torch.int32)
+    return rows, ((2, 28, torch.int32), (28, 41, torch.float32), (0, 2, torch.int64))
+
+class _Packed:
+    "A dataset that is only packed rows (all `BatchDataLoader` reads of a `TabularGPU`): no frame to build."
+    def __init__(self, rows, layout): self.rows,self.layout = rows,layout
+    def __len__(self): return len(self.rows)
+    def __getitem__(self, i): raise NotImplementedError   # indexed, so fastai lets it shuffle; batches come from rows
+    def packed_rows(self, device=None): return self.rows, self.layout
+
+def _fastai_ddl():
+    """fastai's `DistributedDL`, patched as little as makes it run: `_broadcast` keeps its tensor on the CPU under gloo
+    (fastai calls `.cuda()`), and the single row numbers its `sample` yields reach `BatchDataLoader.create_batches`
+    (which takes whole batches) as index tensors, chunked as fastai's `DataLoader` chunks them (`drop_last` per rank).
+    Its epoch order is `get_idxs` as a Python list, broadcast from rank 0."""
+    import torch, torch.distributed as dist
+    from fastcore.basics import chunked
+    from fastai.distributed import DistributedDL
+    class FastaiDDL(DistributedDL):
+        def _broadcast(self, t, rank):
+            t = torch.LongTensor(t)
+            if dist.get_backend() == 'nccl': t = t.cuda()
+            dist.broadcast(t, rank)
+            return t.cpu().tolist()
+        def create_batches(self, samps):
+            dev = self.dl.rows[0].device
+            idxs = (torch.tensor(c, device=dev) for c in chunked(samps, self.bs, drop_last=self.drop_last))
+            return self.dl.create_batches(idxs)
+    return FastaiDDL
+
+def _epoch(dl, device) -> tuple:
+    "One pass over `dl`, reading each batch as a step would: `(seconds, batches, rows)`."
+    from .machine import sync
+    t0,nb,rows = time.perf_counter(),0,0
+    for b in dl:
+        b[0][-1].sum()
+        nb,rows = nb + 1,rows + len(b[0])
+    sync(device)
+    return time.perf_counter() - t0, nb, rows
+
+def _worker(args, out):
+    """One rank: each contender's warm-up epochs in turn (its peak RSS), then the timed epochs in rounds, one epoch of
+    each contender a round, so that the shared machine's drift touches them alike."""
+    import torch, torch.distributed as dist
+    from fastai.distributed import DistributedDL
+    from fastai.torch_core import rank_distrib
+    from ..loader import BatchDataLoader
+    from ..distributed import DistributedBatchDL
+    from .machine import RSSMeter
+    a = json.loads(args)
+    torch.set_num_threads(a['threads'])
+    cuda = a['device'] == 'cuda'
+    if cuda: torch.cuda.set_device(int(os.environ['LOCAL_RANK']))
+    dist.init_process_group('nccl' if cuda else 'gloo')
+    device = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
+    rss = RSSMeter()
+    rows,layout = _criteo_rows(a['rows'], device)
+    dl = BatchDataLoader(_Packed(rows, layout), bs=a['bs'], shuffle=True, drop_last=True, after_batch=[], device=device)
+    make = {'ours': lambda: DistributedDL(dl), 'fastai': lambda: _fastai_ddl()(dl), 'single': lambda: dl}
+    loaders,res = {c: make[c]() for c in a['contenders']},{}
+    assert 'ours' not in loaders or type(loaders['ours']) is DistributedBatchDL   # what distrib_ctx would make
+    for c,d in loaders.items():
+        rss.reset()
+        for _ in range(a['warmup']): _epoch(d, device)
+        res[c] = dict(epoch_s=[], len=len(d), peak_rss_mb=round(rss.peak(), 1))
+    for e in range(a['epochs']):
+        for c,d in loaders.items():
+            spent = torch.tensor([sum(res[c]['epoch_s'])], device=device)
+            dist.all_reduce(spent, op=dist.ReduceOp.MAX)   # every rank skips alike, and they start together
+            if e and spent.item() > a['max_s']: continue
+            t,nb,n = _epoch(d, device)
+            res[c]['epoch_s'].append(round(t, 4))
+            res[c].update(batches=nb, rows=n)
+    (Path(out)/f'rank{rank_distrib()}.json').write_text(json.dumps(res))
+    dist.destroy_process_group()
+
+def ddp_suite(rows=(1_000_000, 10_000_000), bs=65536, nproc=2, device='cpu', contenders=tuple(CONTENDERS), epochs=2,
+              warmup=1, max_s=120., threads=1, timeout=3600.) -> dict:
+    """Per rank, a shuffled `drop_last` loader epoch of Criteo-like packed rows (168 B a row) for each row count, in
+    `nproc` processes started by torchrun (gloo on 127.0.0.1; NCCL with `device='cuda'`, one GPU a rank): this
+    package's wrapper, fastai's `DistributedDL` path and the single-process loader, timed in rounds (`_worker`). Per
+    contender: each rank's best timed epoch and the slowest rank's (a step waits for it), batches out against `len()`,
+    peak RSS in its warm-up epoch (only the first contender's is clean: memory freed is not always returned)."""
+    bad = [c for c in contenders if c not in CONTENDERS]
+    if bad: raise ValueError(f'unknown contender(s) {bad}: pick from {",".join(CONTENDERS)}')
+    res = {}
+    for n in rows:
+        args = json.dumps(dict(rows=n, bs=bs, device=device, contenders=list(contenders), epochs=epochs, warmup=warmup,
+                               max_s=max_s, threads=threads))
+        cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', str(nproc), '--rdzv-backend', 'c10d',
+               '--rdzv-endpoint', '127.0.0.1:0', '-m', __name__, args]
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as out:
+            p = subprocess.Popen(cmd + [out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env={**os.environ, 'OMP_NUM_THREADS': str(threads)}, start_new_session=True)
+            try: _,err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)   # torchrun and its ranks: none left waiting on the others
+                raise
+            if p.returncode: raise RuntimeError(f'the {nproc}-rank run of {n:,} rows failed:\n{err[-4000:]}')
+            ranks = [json.loads((Path(out)/f'rank{r}.json').read_text()) for r in range(nproc)]
+        r = {'wall_s': round(time.perf_counter() - t0, 1)}
+        for c in contenders:
+            per = [min(x[c]['epoch_s']) for x in ranks]
+            r[c] = dict(epoch_s=max(per), rank_epoch_s=per, timed_epochs=len(ranks[0][c]['epoch_s']),
+                        batches=ranks[0][c]['batches'], len=ranks[0][c]['len'], rows_per_rank=ranks[0][c]['rows'],
+                        peak_rss_mb=max(x[c]['peak_rss_mb'] for x in ranks))
+        if {'ours', 'fastai'} <= set(contenders):
+            r['fastai_over_ours'] = round(r['fastai']['epoch_s'] / r['ours']['epoch_s'], 1)
+        res[str(n)] = r
+    return dict(nproc=nproc, bs=bs, device=device, contenders={c: CONTENDERS[c] for c in contenders}, rows=res)
+
+def add_args(group):
+    a = group.add_argument
+    a('--ddp-rows', default='1000000,10000000', help='row counts, comma separated (default 1M and 10M)')
+    a('--ddp-bs', type=int, default=65536, help='batch size per rank')
+    a('--ddp-nproc', type=int, default=2, help='processes (ranks); with --device cuda at most one per GPU')
+    a('--ddp-contenders', default=','.join(CONTENDERS), help=f'a subset of {",".join(CONTENDERS)}')
+    a('--ddp-epochs', type=int, default=2, help='timed epochs per contender (after one warm-up epoch)')
+    a('--ddp-max-s', type=float, default=120., help='no more timed epochs of a contender once they took this long')
+
+def run(opts) -> dict:
+    return ddp_suite(rows=[int(float(x)) for x in opts.ddp_rows.split(',') if x], bs=opts.ddp_bs, nproc=opts.ddp_nproc,
+                     device=opts.device, contenders=[c for c in opts.ddp_contenders.split(',') if c],
+                     epochs=opts.ddp_epochs, max_s=opts.ddp_max_s, threads=opts.threads or 1, timeout=opts.timeout)
+
+def format_table(res) -> str:
+    "Per row count and contender: the slowest rank's epoch, each rank's, batches out against len(), peak RSS."
+    rows = [[f'{int(n):,}', c, v[c]['epoch_s'], ' / '.join(map(str, v[c]['rank_epoch_s'])),
+             f"{v[c]['batches']} / {v[c]['len']}", f"{v[c]['rows_per_rank']:,}", v[c]['peak_rss_mb']]
+            for n,v in res['rows'].items() for c in res['contenders']]
+    ratios = ', '.join(f"{int(n):,} rows {v['fastai_over_ours']}x" for n,v in res['rows'].items()
+                       if 'fastai_over_ours' in v)
+    head = ['rows', 'loader', 'epoch s (slowest rank)', 'each rank', 'batches / len()', 'rows a rank', 'peak RSS MB']
+    foot = f"\n{res['nproc']} ranks, bs {res['bs']:,} a rank" + (f'; fastai/ours: {ratios}' if ratios else '')
+    return table(head, rows) + foot
+
+if __name__ == '__main__': _worker(*sys.argv[1:3])

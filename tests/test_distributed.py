@@ -1,0 +1,295 @@
+"""`distrib_ctx` with `BatchDataLoader`: the sharding rules in one process, then two ranks on gloo (127.0.0.1), started
+by torchrun on a free port with a time limit, which save what they saw; the tests compare that with one process.
+Run as a script, this file is the ranks' program."""
+import contextlib, io, os, signal, subprocess, sys
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np, pytest, torch
+from hypothesis import given, settings, strategies as st
+
+pytest.importorskip('accelerate', reason="fastai's distrib_ctx needs accelerate (the test extra installs it)")
+from fastai.callback.fp16 import MixedPrecision
+from fastai.learner import Callback, load_learner
+from fastai.metrics import RocAucBinary, accuracy
+from fastai.tabular.all import Categorify, FillMissing, Normalize, tabular_config
+from fastai.torch_core import rank_distrib, set_seed
+from fastai.distributed import DistributedDL
+from fastai_gpu_tabular import core
+from fastai_gpu_tabular.all import DistributedBatchDL, Lamb, TabularGPU, shard_layout, shard_span, tabular_learner
+from fastai_gpu_tabular.data import load_adult
+
+CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']
+CONTS = ['age', 'fnlwgt', 'educational-num', 'capital-gain', 'capital-loss', 'hours-per-week']
+# 9,767 validation rows = 19 global batches of 2x257 + 1 row: uneven pieces, the 1-row tail joining the batch before
+N_VALID, BS, VAL_BS, BS_SPARSE = 9767, 1024, 257, 512
+SPARSE = {'sparse_lamb': dict(sparse=True, opt_func=Lamb), 'fused_adam': dict(sparse=True, fused=True, emb_szs=8)}
+TIMEOUT = 600   # seconds for the whole 2-rank run (a shared, loaded 2-core machine); nothing waits longer
+
+# --- the data and learners, built alike by the ranks and by the single-process references ---------------------------
+def frame():
+    "Adult with `rid` (the row number, a cont left unnormalised so batches trace back to rows) and a multi-hot `tags`."
+    df = load_adult()
+    df['rid'] = np.arange(len(df), dtype=np.float64)
+    df['tags'] = [[a, b] for a,b in zip(df['workclass'], df['occupation'])]
+    perm = np.random.default_rng(0).permutation(len(df))
+    return df, (sorted(perm[N_VALID:]), sorted(perm[:N_VALID]))
+
+def dense_to(df, splits):
+    return TabularGPU(df, procs=[Categorify, FillMissing], cat_names=CATS, cont_names=['rid'] + CONTS,
+                      y_names='income', splits=splits)
+
+def sparse_to(df, splits):
+    return TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=CATS + ['tags'], cont_names=CONTS,
+                      y_names='income', splits=splits)
+
+def dense_learner(to, **kwargs):
+    return tabular_learner(to.dataloaders(bs=BS, val_bs=VAL_BS), layers=[32, 16], metrics=[accuracy, RocAucBinary()],
+                           **kwargs)
+
+def sparse_learner(to, kind, bs):
+    "No BatchNorm, unshuffled training: `bs` rows on each of 2 ranks then step exactly as `2*bs` rows on one process."
+    dls = to.dataloaders(bs=bs)
+    dls.loaders[0] = dls.train.new(shuffle=False)
+    return tabular_learner(dls, layers=[16], config=tabular_config(use_bn=False, bn_cont=False), **SPARSE[kind])
+
+class CPUBFloat16(MixedPrecision):
+    "fastai's `to_bf16` autocasts on CUDA only: the same callback autocasting on the CPU."
+    def before_fit(self):
+        self.autocast,self.scales = torch.autocast('cpu', dtype=torch.bfloat16),[]
+        self.learn.scaler = torch.GradScaler('cpu', enabled=False)
+
+def state(learn): return {k: v.detach().clone() for k,v in learn.model.state_dict().items()}
+
+# --- the ranks' program ------------------------------------------------------------------------------------------
+class Rows(Callback):
+    "Row ids of each epoch's training batches, and what `len()` said at the epoch's start."
+    def before_fit(self): self.epochs,self.lens = [],[]
+    def before_epoch(self): self.epochs.append([]); self.lens.append(len(self.dls.train))
+    def after_batch(self):
+        if self.training: self.epochs[-1].append(self.xb[1][:, 0].long().cpu())
+
+def rank_main(out):
+    import torch.distributed as dist
+    from accelerate.utils import InitProcessGroupKwargs
+    out,res = Path(out),{}
+    dist.init_process_group('gloo', timeout=timedelta(seconds=120))
+    ctx = dict(cpu=True, sync_bn=False, kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=120))])
+    df,splits = frame()
+    to = dense_to(df, splits)
+    set_seed(rank_distrib())   # ranks start apart: DDP must hand them rank 0's weights
+    learn = dense_learner(to, cbs=(rows := Rows()))
+    with learn.distrib_ctx(**ctx):
+        res['wrapped'] = type(DistributedDL(learn.dls.train)).__name__
+        learn.fit_one_cycle(2, 1e-2)
+        res.update(epochs=rows.epochs, lens=rows.lens, train_iter=learn.train_iter, pct_train=learn.pct_train,
+                   state=state(learn), validate=learn.validate(), preds=learn.get_preds(),
+                   preds_train=learn.get_preds(ds_idx=0), preds_one=learn.get_preds(dl=learn.dls.test_dl(df.iloc[:1])),
+                   validate_few=learn.validate(dl=learn.dls.test_dl(df.iloc[:5])))   # 3 rows on rank 0, 2 on rank 1
+        pad = DistributedDL(learn.dls.train.new(drop_last=False))
+        res['pad_len'],res['pad_epochs'] = len(pad),[[b[1][:, 0].long() for b in pad] for _ in range(2)]
+        before = state(learn)
+        res['lr_find'] = learn.lr_find(end_lr=1e-2, num_it=30, show_plot=False).valley,len(learn.recorder.losses)
+        res['lr_restored'] = all(torch.equal(before[k], v) for k,v in state(learn).items())
+        shown,display = [],core.display_df
+        core.display_df = shown.append
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                learn.dls.show_batch(max_n=3)
+                DistributedDL(learn.dls.train).show_batch(max_n=2)
+        finally: core.display_df = display
+        res['shown'] = shown
+        res['cbs_in'] = [type(cb).__name__ for cb in learn.cbs]
+    res['cbs_out'] = [type(cb).__name__ for cb in learn.cbs]
+    learn.export(out/'export.pkl')   # after distrib_ctx, as fastai's docs do; fastai writes it on rank 0 only
+    for name,cb in (('fp16', None), ('bf16', CPUBFloat16())):   # fastai's to_fp16 (autocast is off on a CPU); bf16
+        set_seed(0)
+        learn = dense_learner(to, cbs=cb)
+        if cb is None: learn.to_fp16()
+        with learn.distrib_ctx(**ctx):
+            learn.fit(1, 1e-2)
+            res[name] = dict(state=state(learn), validate=learn.validate())
+    to2 = sparse_to(df, splits)
+    for kind in SPARSE:
+        set_seed(rank_distrib())
+        learn = sparse_learner(to2, kind, BS_SPARSE)
+        init = state(learn)
+        with learn.distrib_ctx(**ctx): learn.fit_one_cycle(1, 1e-2)
+        res[kind] = dict(init=init, state=state(learn))
+    torch.save(res, out/f'rank{rank_distrib()}.pt')
+
+if __name__ == '__main__':
+    rank_main(sys.argv[1])
+    sys.exit()
+
+# --- one process: the sharding rules -----------------------------------------------------------------------------
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(0, 2000), bs=st.integers(1, 300), ws=st.integers(1, 8), drop_last=st.booleans(), pad=st.booleans())
+def test_shard_layout_tiles_the_epoch(n, bs, ws, drop_last, pad):
+    N,nb = shard_layout(n, bs, ws, drop_last, pad)
+    assert nb == shard_layout(n, bs, ws, drop_last, not pad)[1]   # len() is the same with or without padding
+    spans = [[shard_span(N, nb, bs, ws, b, r) for b in range(nb)] for r in range(ws)]
+    assert sorted(p for r in spans for a,z in r for p in range(a, z)) == list(range(N))   # disjoint, nothing skipped
+    for b in range(nb):
+        sizes = [z - a for a,z in (spans[r][b] for r in range(ws))]
+        assert min(sizes) >= 1 and max(sizes) - min(sizes) <= (0 if pad or drop_last or n < ws else 1)
+        if pad and not drop_last and b == nb - 1 > 0 and n % (bs * ws):   # a partial tail: never 1-row (BatchNorm)
+            assert min(sizes) >= 2
+        if b < nb - 1: assert sizes == [bs] * ws
+        # in rank order the pieces are the global batch's positions in order: what `to_detach` relies on
+        assert [spans[r][b][0] for r in range(ws)] == sorted(spans[r][b][0] for r in range(ws))
+    g = bs * ws
+    if drop_last: assert N == n // g * g
+    elif pad or n < ws: assert N % ws == 0 and n <= N < n + ws
+    else: assert N == n
+
+@pytest.fixture(scope='module')
+def adult():
+    df,splits = frame()
+    return df, splits, dense_to(df, splits)
+
+def rids(batches): return [torch.cat([b[1][:, 0] for b in bs]).long() for bs in batches]
+
+def test_wrapper_shards_the_loader(adult):
+    "Two ranks' wrappers in one process (a given seed instead of a broadcast): what fastai's `_wrap_dl` gets."
+    *_,to = adult
+    dl = to.dataloaders(bs=BS).train
+    n,g = dl.n,2 * BS
+    ws = [DistributedDL(dl, rank=r, world_size=2, seed=7) for r in range(2)]
+    assert all(type(w) is DistributedBatchDL for w in ws) and len(ws[0]) == len(ws[1]) == n // g
+    e1,e2 = rids([list(w) for w in ws]),rids([list(w) for w in ws])
+    for e in (e1, e2):
+        assert len(e[0]) == len(e[1]) == n // g * BS and not set(e[0].tolist()) & set(e[1].tolist())
+    assert not torch.equal(e1[0], e2[0])   # a new permutation each epoch
+    # drop_last=False pads with repeated rows: every row, at most world_size-1 of them twice
+    ws = [DistributedDL(dl.new(drop_last=False), rank=r, world_size=2, seed=7) for r in range(2)]
+    e = rids([list(w) for w in ws])
+    counts = Counter(torch.cat(e).tolist())
+    assert len(e[0]) == len(e[1]) and sorted(counts) == sorted(to.train.items['rid'].astype(int))
+    assert sum(counts.values()) - n == (-n) % 2
+    # without gradients (validation) nothing is repeated, and rank order gives the loader's order back
+    va = to.dataloaders(bs=BS, val_bs=VAL_BS).valid
+    ws = [DistributedDL(va, rank=r, world_size=2) for r in range(2)]
+    with torch.no_grad(): parts = [list(w) for w in ws]
+    assert [len(p) for p in parts] == [len(ws[0])] * 2 == [N_VALID // (2 * VAL_BS)] * 2
+    order = torch.cat([torch.cat([parts[r][b][1][:, 0] for r in range(2)]) for b in range(len(parts[0]))]).long()
+    assert torch.equal(order, torch.as_tensor(to.valid.items['rid'].values).long())
+
+def test_wrapper_refuses_a_step_larger_than_the_data(adult):
+    *_,to = adult
+    dl = to.dataloaders(bs=30000).train   # 39,075 rows: one batch alone, none on 2 ranks with drop_last
+    with pytest.raises(ValueError, match='drop_last'): DistributedDL(dl, rank=0, world_size=2, seed=0)
+
+# --- two ranks ------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope='module')
+def ranks(tmp_path_factory):
+    "Both ranks' results, from one torchrun of this file (gloo, 127.0.0.1, a port the OS picks)."
+    out = tmp_path_factory.mktemp('ddp')
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--rdzv-backend', 'c10d',
+           '--rdzv-endpoint', '127.0.0.1:0', __file__, str(out)]
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, 'OMP_NUM_THREADS': '1',
+           'PYTHONPATH': os.pathsep.join([root, os.environ.get('PYTHONPATH', '')])}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=out,
+                         start_new_session=True)   # cwd: lr_find's models/ folder lands there
+    try: log,_ = p.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        log,_ = p.communicate()
+        pytest.fail(f'the 2-rank run took over {TIMEOUT} s:\n{log[-4000:]}')
+    if p.returncode: pytest.fail(f'the 2-rank run failed ({p.returncode}):\n{log[-6000:]}')
+    return [torch.load(out/f'rank{r}.pt', weights_only=False) for r in range(2)], out
+
+def test_equal_batches_and_len(ranks):
+    (r0,r1),_ = ranks
+    assert r0['wrapped'] == 'DistributedBatchDL'
+    n_train = len(frame()[1][0])
+    per_rank = n_train // (2 * BS)   # drop_last (fastai's default for training): whole global batches
+    for r in (r0, r1):
+        assert r['lens'] == [len(e) for e in r['epochs']] == [per_rank] * 2
+        assert r['train_iter'] == 2 * per_rank and r['pct_train'] == pytest.approx(1)   # one-cycle ran to its end
+        assert all(len(b) == BS for e in r['epochs'] for b in e)
+    assert r0['pad_len'] == r1['pad_len'] == -(-n_train // (2 * BS))
+
+def test_rows_disjoint_and_covering(ranks):
+    (r0,r1),_ = ranks
+    train = set(frame()[1][0])
+    for e0,e1 in zip(r0['epochs'], r1['epochs']):
+        a,b = set(torch.cat(e0).tolist()),set(torch.cat(e1).tolist())
+        assert not a & b and a | b <= train and len(a | b) == len(train) // (2 * BS) * 2 * BS
+    assert r0['epochs'][0][0].tolist() != r0['epochs'][1][0].tolist()
+    for e0,e1 in zip(r0['pad_epochs'], r1['pad_epochs']):   # drop_last=False: padded with one repeated row
+        counts = Counter(torch.cat(e0 + e1).tolist())
+        assert set(counts) == train and sum(counts.values()) == len(train) + len(train) % 2
+        assert sum(len(x) for x in e0) == sum(len(x) for x in e1)
+
+def test_same_weights_on_both_ranks(ranks):
+    (r0,r1),_ = ranks
+    for s0,s1 in [(r0['state'], r1['state'])] + [(r0[k]['state'], r1[k]['state']) for k in ['fp16', 'bf16', *SPARSE]]:
+        assert s0.keys() == s1.keys() and all(torch.equal(s0[k], s1[k]) for k in s0)
+    # the sparse models began apart (seeded by rank): rank 0's tables reached rank 1 through `SparseGradSync`
+    for k in SPARSE:
+        tables = [p for p in r0[k]['init'] if p.startswith(('embeds.', 'fused.'))]
+        assert tables and all(not torch.equal(r0[k]['init'][p], r1[k]['init'][p]) for p in tables)
+
+def single(to, st, **kwargs):
+    "A single-process learner with the ranks' weights."
+    learn = dense_learner(to, **kwargs)
+    learn.model.load_state_dict(st)
+    return learn
+
+def test_validation_equals_single_process(ranks, adult):
+    (r0,r1),_ = ranks
+    df,_,to = adult
+    learn = single(to, r0['state'])
+    for r in (r0, r1):   # batch means weighed by their rows, also where the ranks' rows differ most
+        np.testing.assert_allclose(r['validate'], learn.validate(), rtol=1e-5)
+        np.testing.assert_allclose(r['validate_few'], learn.validate(dl=learn.dls.test_dl(df.iloc[:5])), rtol=1e-5)
+    one = learn.dls.test_dl(df.iloc[:1])
+    for k,kw in (('preds', {}), ('preds_train', dict(ds_idx=0)), ('preds_one', dict(dl=one))):
+        p,y = learn.get_preds(**kw)
+        for r in (r0, r1):   # every row once, in the loader's order
+            assert torch.equal(r[k][1], y)
+            torch.testing.assert_close(r[k][0], p, rtol=1e-5, atol=1e-6)
+    learn = single(to, r0['bf16']['state'], cbs=CPUBFloat16())
+    np.testing.assert_allclose(r0['bf16']['validate'], learn.validate(), rtol=1e-3)
+
+def test_sparse_tables_step_as_one_process(ranks):
+    "2 ranks x 512 rows = one process x 1,024 rows: DDP for the dense weights, `SparseGradSync` for the sparse tables."
+    (r0,_),_ = ranks
+    df,splits = frame()
+    to = sparse_to(df, splits)
+    for kind in SPARSE:
+        learn = sparse_learner(to, kind, 2 * BS_SPARSE)
+        learn.model.load_state_dict(r0[kind]['init'])   # DDP starts both ranks from rank 0's weights
+        learn.fit_one_cycle(1, 1e-2)
+        got,want = r0[kind]['state'],state(learn)
+        for k in want: torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5, msg=f'{kind}: {k}')
+        assert any(not torch.equal(r0[kind]['init'][k], want[k]) for k in want)
+
+def test_export_from_rank0_loads(ranks, adult):
+    (r0,_),out = ranks
+    ours = {'DistributedTrainer', 'SparseGradSync', 'DistributedLRFind'}
+    assert ours <= set(r0['cbs_in']) and not ours & set(r0['cbs_out'])   # distrib_ctx adds them, and takes them away
+    df,splits,_ = adult
+    learn = load_learner(out/'export.pkl', cpu=True)
+    p,_ = learn.get_preds(dl=learn.dls.test_dl(df.iloc[splits[1]]))
+    torch.testing.assert_close(p, r0['preds'][0], rtol=1e-5, atol=1e-6)
+
+def test_lr_find_and_show_batch(ranks):
+    (r0,r1),_ = ranks
+    assert r0['lr_find'] == r1['lr_find'] and r0['lr_find'][1] == 30   # num_it steps, as on one process
+    assert r0['lr_restored'] and r1['lr_restored']
+    for r in (r0, r1):   # decoded rows of dls.train and of this rank's shard (fastai shows 10 tabular rows, any max_n)
+        assert [len(d) for d in r['shown']] == [10, 10]
+        assert all(set(CATS) <= set(d.columns) and d['workclass'].map(type).eq(str).all() for d in r['shown'])
+
+def test_ddp_bench_suite_small():
+    "The bench suite end to end at a tiny size (2 ranks, gloo): our wrapper yields what len() says; no timing asserted."
+    from fastai_gpu_tabular.bench.ddp import ddp_suite, format_table
+    res = ddp_suite(rows=[5000], bs=512, contenders=['ours', 'fastai'], epochs=1, warmup=0, timeout=TIMEOUT)
+    r = res['rows']['5000']
+    assert r['ours']['batches'] == r['ours']['len'] == 5000 // 1024 and r['ours']['rows_per_rank'] == 5000 // 1024 * 512
+    assert r['fastai']['batches'] > 0 and all(t > 0 for c in ('ours', 'fastai') for t in r[c]['rank_epoch_s'])
+    assert '5,000' in format_table(res)
