@@ -32,7 +32,8 @@ def test_col_to_tensor_is_zero_copy_on_cpu():
 
 def test_encode_codes_matches_pandas_categorical():
     """Codes against a vocabulary are where pandas finds each value in it (`Index.get_indexer`: -1 for missing and
-    unseen values), plus `add`, in pandas' smallest code dtype, on the column's index; from object and category columns."""
+    unseen values), plus `add`, in pandas' smallest code dtype, on the column's index; from object and category
+    columns."""
     from fastai_gpu_tabular.data import load_adult
     s = load_adult()['occupation'].iloc[:3000].astype(object)
     s.iloc[::50], s.iloc[3::77] = None, 'Astronaut'

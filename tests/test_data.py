@@ -20,7 +20,7 @@ def test_shape_and_types(criteo):
     assert pd.concat([criteo[c].dropna() for c in cats]).str.fullmatch('[0-9a-f]{8}').all()
 
 def test_missing_rates_and_cardinalities(criteo):
-    "15-40% NaN in every count, 0-30% missing in every category; cardinalities log-spaced from 10 to max_card, power law."
+    "15-40% NaN in each count, 0-30% missing in each category; cardinalities log-spaced from 10 to max_card, power law."
     cats, conts, y = criteo_names()
     nan = criteo[conts].isna().mean()
     assert nan.between(0.15 - 5 * SD, 0.40 + 5 * SD).all(), nan.round(3).tolist()
@@ -32,7 +32,7 @@ def test_missing_rates_and_cardinalities(criteo):
     assert (top > 2 / spaced).all() and top[-1] > 1000 / spaced[-1]   # power law: the top value far above uniform
 
 def test_label_depends_on_features(criteo):
-    "The label has clicks and non-clicks in Criteo-like proportions, and a category's click rate predicts it on new rows."
+    "The label: clicks and non-clicks in Criteo-like proportions; a category's click rate predicts it on new rows."
     cats, conts, y = criteo_names()
     assert 0.2 < criteo[y].mean() < 0.45
     a, b = criteo.iloc[:N // 2], criteo.iloc[N // 2:]

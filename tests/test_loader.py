@@ -94,7 +94,7 @@ def test_weighted_sampling(to):
     assert rows.max() < 200                                                 # never a row of weight 0
     share = (rows >= 100).mean()   # binomial sd over 7,200 draws: 0.0047, so 0.8 +- 0.03 is over 6 sd
     assert abs(share - 0.8) < 0.03, share
-    counts = np.bincount(rows, minlength=200)   # and each row at its own rate (chi-square; a true sampler fails 1 in 1000)
+    counts = np.bincount(rows, minlength=200)   # each row at its own rate (chi-square: a true sampler fails 1 in 1000)
     assert chisquare(counts, len(rows) * w[:200] / w.sum()).pvalue > 1e-3
     assert rows_of(dl.new(shuffle=False)) == list(range(2400))       # unshuffled: every row once, in order
     with pytest.raises(ValueError, match='wgts has 5 entries for 2400 rows'): BatchDataLoader(to.train, bs=10, wgts=[1.]*5)
@@ -144,7 +144,7 @@ def test_cuda_moves_an_existing_loader(to):
     dls = to.dataloaders(bs=128, device='cpu')
     ref = [t.clone() for t in dls.valid.one_batch()]
     dls.cuda()
-    assert dls.device.type == 'cuda' and dls.train.rows[0].device.type == 'cuda' and dls.valid.rows[0].device.type == 'cuda'
+    assert dls.device.type == 'cuda' and all(dl.rows[0].device.type == 'cuda' for dl in (dls.train, dls.valid))
     b = dls.valid.one_batch()
     assert all(t.device.type == 'cuda' for t in b) and all(torch.equal(x.cpu(), y) for x,y in zip(b, ref))
     assert all(t.device.type == 'cuda' for t in dls.train.one_batch())

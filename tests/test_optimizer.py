@@ -242,7 +242,7 @@ def test_learner_fit_one_cycle_matches_fastai(dls, tmp_path):
     assert res['ours'].opt.state[p]['step'] == 2*len(dls.train)
 
 def test_lr_find(dls, tmp_path):
-    "lr_find with our Lamb records what it records with fastai's Lamb (same model, batches, lrs), and restores the model."
+    "lr_find with our Lamb records what it does with fastai's Lamb (same model, batches, lrs), and restores the model."
     res = {}
     for name,opt_func in (('fastai', FastaiLamb), ('ours', lamb())):
         learn = _learner(dls, tmp_path, opt_func)
@@ -250,7 +250,7 @@ def test_lr_find(dls, tmp_path):
         np.random.seed(0)   # the same batches (fastai's TabWeightedDL samples with numpy)
         sug = learn.lr_find(num_it=30, show_plot=False)
         res[name] = sug.valley, learn.recorder.lrs, torch.stack(learn.recorder.losses).cpu()
-        for p0,p in zip(before, learn.model.parameters(), strict=True): assert _same(p0, p)   # lr_find restores the model
+        for p0,p in zip(before, learn.model.parameters(), strict=True): assert _same(p0, p)   # restored
     (v_ref, lrs_ref, loss_ref), (v, lrs, loss) = res['fastai'], res['ours']
     assert lrs == lrs_ref and len(lrs) == len(loss) > 20
     torch.testing.assert_close(loss, loss_ref, atol=1e-4, rtol=1e-4)

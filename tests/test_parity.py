@@ -92,7 +92,8 @@ def test_none_is_missing(backend):
     assert df.tailnum.map(lambda v: v is None).sum() > 1000         # the input holds None, not NaN
     nan_df = df.where(df.notna(), np.nan)
     splits = RandomSplitter(seed=3)(range_of(df))
-    ref = TabularPandas(nan_df, procs=PROCS, splits=splits, reduce_memory=False, **{**kw, 'cat_names': list(kw['cat_names'])})
+    ref = TabularPandas(nan_df, procs=PROCS, splits=splits, reduce_memory=False,
+                        **{**kw, 'cat_names': list(kw['cat_names'])})
     ours = TabularGPU(df, procs=PROCS, splits=splits, reduce_memory=False, backend=backend, **kw)
     assert_same_processing(ref, ours, exact=backend == 'pandas')
     assert None not in ours.classes['tailnum'].items

@@ -157,7 +157,7 @@ def test_plain_model_is_fastais(dls):
     torch.testing.assert_close(ours(*x), ref(*x))
 
 class RecordSparseSteps(Callback):
-    "The sparse grad of table `i` and the hypers of its group at every training step (what the optimizer is about to use)."
+    "The sparse grad of table `i` and the hypers of its group at every training step (what the optimizer then uses)."
     def __init__(self, i): self.i = i
     def before_fit(self): self.grads, self.hypers = [], []
     def before_step(self):
@@ -166,11 +166,12 @@ class RecordSparseSteps(Callback):
 
 def test_sparse_table_steps_as_sparse_adam_through_the_learner(dls):
     """Through `fit_one_cycle`, a sparse table steps as torch's SparseAdam given the scheduled lr x `sparse_lr_mult`,
-    betas (mom, sqr_mom) and eps at every step, with no weight decay (fit's wd=0.1 reaches the dense params only): replayed
-    from the recorded grads, SparseAdam ends at the same table, and rows never in a batch have not moved."""
+    betas (mom, sqr_mom) and eps at every step, with no weight decay (fit's wd=0.1 reaches the dense params only):
+    replayed from the recorded grads, SparseAdam ends at the same table, and rows never in a batch have not moved."""
     rec = RecordSparseSteps(1)
     set_seed(0)   # a third of the epoch (the warmup), so that many movies are in no batch
-    learn = tabular_learner(dls, layers=[32], sparse=['movieId'], sparse_lr_mult=0.5, cbs=[rec, ShortEpochCallback(0.3)])
+    learn = tabular_learner(dls, layers=[32], sparse=['movieId'], sparse_lr_mult=0.5,
+                            cbs=[rec, ShortEpochCallback(0.3)])
     w0 = learn.model.embeds[1].weight.detach().cpu().clone()
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-2, wd=0.1)
     lrs, moms = [h['lr'] for h in rec.hypers], [h['mom'] for h in rec.hypers]
@@ -190,8 +191,8 @@ def test_sparse_table_steps_as_sparse_adam_through_the_learner(dls):
 
 @pytest.mark.parametrize('mode', ['mean', 'sum'])
 def test_bag_is_mean_or_sum_of_its_rows(dls, mode):
-    """A multi-hot column embeds as the mean (`bag_mode='mean'`) or sum (`'sum'`) of its elements' rows, `weight[codes]`;
-    an empty bag as zeros; the fused lookup gives the same."""
+    """A multi-hot column embeds as the mean (`bag_mode='mean'`) or sum (`'sum'`) of its elements' rows,
+    `weight[codes]`; an empty bag as zeros; the fused lookup gives the same."""
     learn = tabular_learner(dls, layers=[8], bag_mode=mode)
     fused = tabular_learner(dls, layers=[8], bag_mode=mode, fused=True)
     learn.model.load_state_dict(fused.model.unfused_state_dict())
@@ -208,7 +209,7 @@ def test_bag_is_mean_or_sum_of_its_rows(dls, mode):
         torch.testing.assert_close(fused.model.embed(x_cat), learn.model.embed(x_cat))
 
 class AutocastOnDevice(MixedPrecision):
-    "fastai's MixedPrecision (bf16), with autocast on the loaders' device type: fastai's is cuda-only, so a CPU runs it too."
+    "fastai's MixedPrecision (bf16) with autocast on the loaders' device type (fastai's is cuda-only): runs on a CPU."
     def before_fit(self):
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')   # fastai's cuda autocast, made first, warns on a CPU: replaced below
@@ -235,6 +236,8 @@ def test_to_fp16_trains(dls, prior):
     "`learn.to_fp16()` on a TabularGPU learner: real fp16 AMP on a GPU; on a CPU fastai turns AMP off with a warning."
     learn = tabular_learner(dls, layers=[64, 32], emb_szs=16).to_fp16()
     set_seed(0)
-    with (pytest.warns(UserWarning, match='CUDA is not available') if dls.device.type != 'cuda' else warnings.catch_warnings()):
+    on_cpu = dls.device.type != 'cuda'
+    with pytest.warns(UserWarning, match='CUDA is not available') if on_cpu else warnings.catch_warnings():
         with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-2)
-    assert learn.recorder.values[-1][0] < prior - MARGIN and all(torch.isfinite(p).all() for p in learn.model.parameters())
+    assert learn.recorder.values[-1][0] < prior - MARGIN
+    assert all(torch.isfinite(p).all() for p in learn.model.parameters())

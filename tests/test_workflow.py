@@ -2,8 +2,8 @@
 import ast, os, subprocess, sys, textwrap
 import numpy as np, pandas as pd, pytest, torch
 from fastai.tabular.all import (Categorify, ClassificationInterpretation, FillMissing, Lamb, Normalize, RandomSplitter,
-                                TabDataLoader, TabularDataLoaders, TabularPandas, accuracy, load_learner, range_of, rmse,
-                                set_seed, tabular_learner)
+                                TabDataLoader, TabularDataLoaders, TabularPandas, accuracy, load_learner, range_of,
+                                rmse, set_seed, tabular_learner)
 from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, TabularGPU
 from fastai_gpu_tabular.backend import to_backend
 from fastai_gpu_tabular.data import load_flights
@@ -25,7 +25,8 @@ def flights():
 def _tabular(cls, flights, seed=0):
     "The snippet's TabularGPU, or fastai's TabularPandas built with the same arguments (the reference)."
     return cls(flights.copy() if cls is TabularPandas else flights, procs=[Categorify, FillMissing, Normalize],
-               cat_names=list(CATS), cont_names=CONTS, y_names='late', splits=RandomSplitter(seed=seed)(range_of(flights)))
+               cat_names=list(CATS), cont_names=CONTS, y_names='late',
+               splits=RandomSplitter(seed=seed)(range_of(flights)))
 
 @pytest.fixture(scope='module')
 def trained(flights, tmp_path_factory):
@@ -214,7 +215,7 @@ def test_interpretation_and_summary(trained):
     assert 'TabularModel' in str(trained.summary())
 
 def test_regression_and_from_df(flights, tmp_path):
-    "BatchDataLoaders.from_df gives what TabularDataLoaders.from_df gives (its random split included); a float y trains."
+    "BatchDataLoaders.from_df gives what TabularDataLoaders.from_df gives (the random split too); a float y trains."
     df = flights.drop(columns=['late'])
     kw = dict(path=tmp_path, procs=[Categorify, FillMissing, Normalize], cont_names=['distance', 'sched_dep_time'],
               y_names='arr_delay', bs=2048)

@@ -50,7 +50,8 @@ def add_args(group):
     group.add_argument('--emb-steps', type=int, default=40, help='training steps (the first 5 are not timed)')
 
 def run(opts) -> dict:
-    return embedding_suite(n_table=opts.emb_rows, bs=opts.emb_bs, steps=opts.emb_steps, device=opts.device, seed=opts.seed)
+    return embedding_suite(n_table=opts.emb_rows, bs=opts.emb_bs, steps=opts.emb_steps, device=opts.device,
+                           seed=opts.seed)
 
 def format_table(res) -> str:
     "The suite's results as a table."
