@@ -275,8 +275,8 @@ def test_exclude_from_adaptation_callback(dls, tmp_path):
     fresh.create_opt(); fresh.load('x', with_opt=True)
     assert [fresh.opt.state[p].get('do_adapt', True) for p in fresh.model.parameters()] == list(flags.values())
     plain, again = run(), run()
-    assert _max_diff(plain.model, again.model) == 0       # same batches, same result: the difference is the callback's
-    assert _max_diff(plain.model, learn.model) > 1e-3
+    # same batches, same result (to the last bits of a GPU's atomic adds): the difference is the callback's
+    assert _max_diff(plain.model, again.model) < 1e-4 and _max_diff(plain.model, learn.model) > 1e-3   # 0 and 0.03 here
 
 def test_exclude_from_adaptation_params(dls, tmp_path):
     "ExcludeFromAdaptation(params): exactly the params that function returns are kept out of the trust ratio."
