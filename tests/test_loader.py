@@ -7,8 +7,10 @@ from fastai_gpu_tabular.data import load_adult
 from parity import assert_same_batches
 
 N = 3000
-KW = dict(procs=[Categorify, FillMissing], cat_names=['workclass', 'education'], cont_names=['row', 'age'],
-          y_names='income', splits=(list(range(2400)), list(range(2400, N))))
+def kw():
+    "The Tabular arguments, with fresh lists (fastai appends the `_na` names to the cat_names it is given)."
+    return dict(procs=[Categorify, FillMissing], cat_names=['workclass', 'education'], cont_names=['row', 'age'],
+                y_names='income', splits=(list(range(2400)), list(range(2400, N))))
 
 @pytest.fixture(scope='module')
 def df():
@@ -18,7 +20,7 @@ def df():
     return df
 
 @pytest.fixture(scope='module')
-def to(df): return TabularGPU(df, **{k: list(v) if isinstance(v, list) else v for k,v in KW.items()})
+def to(df): return TabularGPU(df, **kw())
 
 def rows_of(batches): return torch.cat([b[1][:, 0] for b in batches]).long().tolist()
 
@@ -76,7 +78,7 @@ def test_one_gather_per_batch_no_per_row_work(to, monkeypatch):
 
 def test_batches_match_fastai(df, to):
     "Unshuffled, every batch is the one fastai's TabDataLoader makes over TabularPandas: (cats, conts, y), y (bs, 1)."
-    ref = TabularPandas(df.copy(), **{k: list(v) if isinstance(v, list) else v for k,v in KW.items()})
+    ref = TabularPandas(df.copy(), **kw())
     for ref_ds, ds in ((ref.valid, to.valid), (ref.train, to.train)):
         assert_same_batches(TabDataLoader(ref_ds, bs=64), BatchDataLoader(ds, bs=64))
     b = BatchDataLoader(to.valid, bs=64).one_batch()
