@@ -219,11 +219,14 @@ def test_regression_and_from_df(flights, tmp_path):
     df = flights.drop(columns=['late'])
     kw = dict(path=tmp_path, procs=[Categorify, FillMissing, Normalize], cont_names=['distance', 'sched_dep_time'],
               y_names='arr_delay', bs=2048)
-    set_seed(5); ref = TabularDataLoaders.from_df(df.copy(), cat_names=list(CATS), **kw)
     set_seed(5); dls = BatchDataLoaders.from_df(df, cat_names=list(CATS), **kw)
-    assert type(dls.train) is BatchDataLoader and dls.c == ref.c == 1 and dls.one_batch()[2].dtype == torch.float32
-    for ds_ref, ds in ((ref.train_ds, dls.train_ds), (ref.valid_ds, dls.valid_ds)): assert_same_processing(ds_ref, ds)
-    assert_same_batches(ref.valid, dls.valid)
+    assert type(dls.train) is BatchDataLoader and dls.c == 1 and dls.one_batch()[2].dtype == torch.float32
     learn = tabular_learner(dls, layers=[50], metrics=rmse)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-2)
     assert np.isfinite(learn.recorder.values[-1][0])
+    try: set_seed(5); ref = TabularDataLoaders.from_df(df.copy(), cat_names=list(CATS), **kw)
+    except ValueError as e:   # fastai 2.8.12 on pandas 3: FillMissing+Normalize can leave `to.conts` with negative strides
+        if 'negative' not in str(e) or int(pd.__version__.split('.')[0]) < 3: raise
+        pytest.skip(f"the reference, fastai's TabularDataLoaders.from_df, fails on pandas {pd.__version__}: {e}")
+    for ds_ref, ds in ((ref.train_ds, dls.train_ds), (ref.valid_ds, dls.valid_ds)): assert_same_processing(ds_ref, ds)
+    assert_same_batches(ref.valid, dls.valid)
