@@ -31,11 +31,23 @@ def test_col_to_tensor_is_zero_copy_on_cpu():
     with pytest.raises(TypeError, match="column 'o' holds Python objects"): B.col_to_tensor(pd.Series(['a'], name='o'))
 
 def test_encode_codes_matches_pandas_categorical():
-    s = pd.Series(['b', None, 'z', 'a', 'b'], name='s')
-    codes = B.encode_codes(s, ['a', 'b'], add=1)
-    assert codes.tolist() == [2, 0, 0, 1, 2] and codes.dtype == np.int8 and codes.index.equals(s.index)
-    assert B.encode_codes(s, ['a', 'b'], add=0).tolist() == [1, -1, -1, 0, 1]
-    assert B.take_values(['#na#', 'a', 'b'], pd.Series([2., 0., 1.])).tolist() == ['b', '#na#', 'a']
+    """Codes against a vocabulary are where pandas finds each value in it (`Index.get_indexer`: -1 for missing and
+    unseen values), plus `add`, in pandas' smallest code dtype, on the column's index; from object and category
+    columns."""
+    from fastai_gpu_tabular.data import load_adult
+    s = load_adult()['occupation'].iloc[:3000].astype(object)
+    s.iloc[::50], s.iloc[3::77] = None, 'Astronaut'
+    s.index = s.index * 3 + 7
+    vocab = sorted(set(s.dropna()) - {'Astronaut'})
+    ref = pd.Index(vocab).get_indexer(s)
+    assert (ref == -1).sum() > 100 and (ref == len(vocab) - 1).any()
+    for col in (s, s.astype('category'), s.where(s.isin(vocab)).astype(pd.CategoricalDtype(vocab))):
+        for add in (0, 1):
+            codes = B.encode_codes(col, vocab, add=add)
+            np.testing.assert_array_equal(codes.to_numpy(), ref + add)
+            assert codes.dtype == np.int8 and codes.index.equals(s.index)
+    decoded = B.take_values(['#na#'] + vocab, B.encode_codes(s, vocab).astype(float))   # floats, as a decoded batch
+    assert decoded.tolist() == [v if v in vocab else '#na#' for v in s] and decoded.index.equals(s.index)
 
 def test_sorted_uniques_order_and_mixed_types():
     assert B.sorted_uniques(pd.Series(['b', 'B', 'é', None, 'a', 'b'])) == sorted(['b', 'B', 'é', 'a'])

@@ -130,3 +130,26 @@ def test_multi_hot_suite_small():
         assert r['max_len'] >= r['mean_len'] > 1
         assert r['padded']['memory_mb'] > 0 and r['values_offsets']['gather_ms'] > 0
     assert res['long_tail']['padded']['memory_mb'] > res['long_tail']['values_offsets']['memory_mb']
+
+def test_suite_from_the_command_line(tmp_path):
+    "`python -m fastai_gpu_tabular.bench --suite multi_hot` with its size options: the table printed, the JSON written."
+    out = tmp_path/'mh.json'
+    res = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular.bench', '--suite', 'multi_hot', '--mh-rows', '3000',
+                          '--mh-bs', '512', '--mh-reps', '1', '--threads', '1', '--out', str(out)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    meta, r = data['meta'], data['multi_hot']
+    assert meta['suite'] == 'multi_hot' and '--mh-rows 3000' in meta['command'] and meta['torch_threads'] == 1
+    assert {'cpu', 'cores', 'ram_gb'} <= set(meta['hardware']) and set(r) == {'genres', 'long_tail'}
+    lt = r['long_tail']
+    assert lt['padded']['memory_mb'] == round(3000 * lt['max_len'] * 4 / 2**20, 1)   # 3,000 rows reached the suite
+    assert all(v['gather_ms'] > 0 for k in r.values() for v in (k['padded'], k['values_offsets']))
+    assert 'bag fwd+bwd ms' in res.stdout and res.stdout.count('values_offsets') == 2
+
+def test_suite_options_and_bad_suite(tmp_path):
+    res = main(['--suite', 'embeddings', '--emb-rows', '5000', '--emb-bs', '128', '--emb-steps', '7',
+                '--out', str(tmp_path/'emb.json')])
+    assert res['meta']['suite'] == 'embeddings' and res['embeddings']['dense']['rows_with_state'] == 5000
+    assert json.loads((tmp_path/'emb.json').read_text())['embeddings'] == json.loads(json.dumps(res['embeddings']))
+    with pytest.raises(SystemExit): main(['--suite', 'nope'])

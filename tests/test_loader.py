@@ -1,19 +1,26 @@
 "BatchDataLoader: fastai's DataLoader contract, one true permutation an epoch, one gather a batch."
 import numpy as np, pandas as pd, pytest, torch
-from fastai.tabular.all import Categorify, FillMissing, Normalize, TabDataLoader, TabularPandas
+from scipy.stats import chisquare
+from fastai.tabular.all import Categorify, FillMissing, Normalize, TabDataLoader, TabularPandas, default_device
 from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
 from fastai_gpu_tabular.data import load_adult
+from parity import assert_same_batches
 
 N = 3000
+def kw():
+    "The Tabular arguments, with fresh lists (fastai appends the `_na` names to the cat_names it is given)."
+    return dict(procs=[Categorify, FillMissing], cat_names=['workclass', 'education'], cont_names=['row', 'age'],
+                y_names='income', splits=(list(range(2400)), list(range(2400, N))))
 
 @pytest.fixture(scope='module')
-def to():
+def df():
     "Adult rows with a `row` cont that is the row id, so batches can be traced back to rows."
     df = load_adult().iloc[:N].reset_index(drop=True)
     df['row'] = np.arange(N, dtype=np.float64)
-    splits = (list(range(2400)), list(range(2400, N)))
-    return TabularGPU(df, procs=[Categorify, FillMissing], cat_names=['workclass', 'education'],
-                      cont_names=['row', 'age'], y_names='income', splits=splits)
+    return df
+
+@pytest.fixture(scope='module')
+def to(df): return TabularGPU(df, **kw())
 
 def rows_of(batches): return torch.cat([b[1][:, 0] for b in batches]).long().tolist()
 
@@ -69,20 +76,29 @@ def test_one_gather_per_batch_no_per_row_work(to, monkeypatch):
     n = sum(1 for _ in dl)
     assert n == 8 and calls['index_select'] == 8 and calls['iloc'] == 0
 
-def test_batches_match_fastai(to):
-    "The tuple is fastai's ReadTabBatch tuple: (cats, conts, y) with y of shape (bs, 1)."
-    df = to.items
+def test_batches_match_fastai(df, to):
+    "Unshuffled, every batch is the one fastai's TabDataLoader makes over TabularPandas: (cats, conts, y), y (bs, 1)."
+    ref = TabularPandas(df.copy(), **kw())
+    for ref_ds, ds in ((ref.valid, to.valid), (ref.train, to.train)):
+        assert_same_batches(TabDataLoader(ref_ds, bs=64), BatchDataLoader(ds, bs=64))
     b = BatchDataLoader(to.valid, bs=64).one_batch()
     assert len(b) == 3 and b[2].shape == (64, 1) and b[0].shape == (64, len(to.cat_names))
-    np.testing.assert_array_equal(b[0].numpy(), df.iloc[2400:2464][to.cat_names].to_numpy())
-    np.testing.assert_allclose(b[1].numpy(), df.iloc[2400:2464][to.cont_names].to_numpy(), rtol=1e-6)
 
 def test_weighted_sampling(to):
-    "wgts: shuffled epochs draw rows with replacement by weight (fastai's TabWeightedDL), on the device."
-    w = np.zeros(2400); w[:10] = 1.
+    """wgts: shuffled epochs draw rows with replacement by weight (fastai's TabWeightedDL), on the device. 100 rows of
+    weight 1, 100 of weight 4, the rest 0: the heavy rows must make 80% of the draws (a weight read as a mask: 50%)."""
+    w = np.zeros(2400); w[:100] = 1.; w[100:200] = 4.
     dl = BatchDataLoader(to.train, bs=200, shuffle=True, wgts=w)
-    rows = rows_of(dl)
-    assert len(rows) == 2400 and set(rows) <= set(range(10))
+    torch.manual_seed(0)
+    epochs = [rows_of(dl) for _ in range(3)]
+    rows = np.array(sum(epochs, []))
+    assert all(len(e) == 2400 for e in epochs) and epochs[0] != epochs[1]   # with replacement, a new draw each epoch
+    assert rows.max() < 200                                                 # never a row of weight 0
+    share = (rows >= 100).mean()   # binomial sd over 7,200 draws: 0.0047, so 0.8 +- 0.03 is over 6 sd
+    assert abs(share - 0.8) < 0.03, share
+    counts = np.bincount(rows, minlength=200)   # each row at its own rate (chi-square: a true sampler fails 1 in 1000)
+    assert chisquare(counts, len(rows) * w[:200] / w.sum()).pvalue > 1e-3
+    assert rows_of(dl.new(shuffle=False)) == list(range(2400))       # unshuffled: every row once, in order
     with pytest.raises(ValueError, match='wgts has 5 entries for 2400 rows'): BatchDataLoader(to.train, bs=10, wgts=[1.]*5)
 
 def test_seeded_shuffles_repeat(to):
@@ -92,10 +108,19 @@ def test_seeded_shuffles_repeat(to):
     assert a == b
 
 def test_device_moves(to):
+    "The loaders start on fastai's default_device() (cuda on a GPU machine); cpu()/cuda()/to() move the packed rows."
+    dev = default_device()
     dls = to.dataloaders(bs=128)
-    assert dls.device == torch.device('cpu') and dls.train.rows[0].device.type == 'cpu'
+    assert dls.device == dev and dls.train.rows[0].device == dev and dls.valid.rows[0].device == dev
+    on_dev = [t.cpu() for t in dls.valid.one_batch()]
     dls.cpu()
-    assert all(t.device.type == 'cpu' for t in dls.valid.one_batch())
+    assert dls.device.type == 'cpu' and dls.train.rows[0].device.type == 'cpu'
+    b = dls.valid.one_batch()
+    assert all(t.device.type == 'cpu' for t in b) and all(torch.equal(x, y) for x,y in zip(b, on_dev))
+    # moving an existing loader: dls.cuda() is dls.to(default_device())
+    dls.cuda()
+    assert dls.device == dev and dls.train.rows[0].device == dev
+    assert all(t.device == dev for t in dls.train.one_batch())
     assert isinstance(dls.train, TabDataLoader) and dls.train.fake_l.num_workers == 0   # no worker processes
 
 def test_empty_and_new_empty(to):
@@ -111,4 +136,17 @@ def test_pandas_frame_on_cuda(to):
     dls = to.dataloaders(bs=128, device='cuda')
     assert dls.device.type == 'cuda'
     assert all(t.device.type == 'cuda' for t in dls.train.one_batch())
-    assert dls.valid_ds.packed('cuda')[0].data_ptr() == dls.valid_ds.packed('cuda')[0].data_ptr()   # cached, not re-sent
+    # cached, not re-sent: holding the first, a second copy could not reuse its block, so this is the same tensor
+    first = dls.valid_ds.packed_rows('cuda')[0]
+    assert dls.valid_ds.packed_rows('cuda')[0] is first and dls.valid.rows[0] is first
+
+@pytest.mark.gpu
+def test_cuda_moves_an_existing_loader(to):
+    "dls.cuda() moves loaders built on the CPU: the packed rows go to the GPU once, the batches are the same."
+    dls = to.dataloaders(bs=128, device='cpu')
+    ref = [t.clone() for t in dls.valid.one_batch()]
+    dls.cuda()
+    assert dls.device.type == 'cuda' and all(dl.rows[0].device.type == 'cuda' for dl in (dls.train, dls.valid))
+    b = dls.valid.one_batch()
+    assert all(t.device.type == 'cuda' for t in b) and all(torch.equal(x.cpu(), y) for x,y in zip(b, ref))
+    assert all(t.device.type == 'cuda' for t in dls.train.one_batch())

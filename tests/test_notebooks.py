@@ -4,8 +4,8 @@ import os, re
 from pathlib import Path
 import pytest
 
-nbformat = pytest.importorskip('nbformat')
-nbclient = pytest.importorskip('nbclient')
+nbformat = pytest.importorskip('nbformat', reason='the notebooks run with nbformat and nbclient: the `test` extra')
+nbclient = pytest.importorskip('nbclient', reason='the notebooks run with nbformat and nbclient: the `test` extra')
 NBS = sorted((Path(__file__).parent.parent/'nbs').glob('*.ipynb'))
 
 def _flags(cell):
@@ -25,6 +25,9 @@ def test_notebook_runs(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
     for c in nb.cells:   # committed without outputs (keeps diffs readable)
         if c.cell_type == 'code': assert not c.outputs and c.execution_count is None, f'{path.name} has outputs'
+    if 'load_movielens_100k' in path.read_text():   # the same policy as the ml100k tests: the data comes with recbole
+        pytest.importorskip('recbole', reason='MovieLens 100K is read from the recbole package: '
+                                              'pip install --no-deps recbole==1.2.1')
     skip = skipped_flags()
     nb.cells = [c for c in nb.cells if c.cell_type != 'code' or not (_flags(c) & skip)]
     timeout = None if 'slow' not in skip else 1200   # a full-scale cell trains for tens of minutes

@@ -7,7 +7,7 @@ from .machine import MB, sync
 from .report import table
 from .timing import median_ms
 
-__all__ = ['embedding_suite', 'run', 'format_table']
+__all__ = ['embedding_suite', 'add_args', 'run', 'format_table']
 
 def embedding_suite(n_table=1_000_000, dim=32, n_small=8, bs=32768, steps=40, device='cpu', seed=0) -> dict:
     """Dense vs sparse vs fused (vs fused sparse) tables, with a `n_table`-row table among `n_small` small ones, Adam for
@@ -44,7 +44,14 @@ def embedding_suite(n_table=1_000_000, dim=32, n_small=8, bs=32768, steps=40, de
                            rows_with_state=big.get('n', n_table + (n_small * 1000 + 1 if config.startswith('fused') else 0)))
     return res
 
-def run(opts) -> dict: return embedding_suite(device=opts.device, seed=opts.seed)
+def add_args(group):
+    group.add_argument('--emb-rows', type=int, default=1_000_000, help='rows of the big table')
+    group.add_argument('--emb-bs', type=int, default=32768, help='batch size')
+    group.add_argument('--emb-steps', type=int, default=40, help='training steps (the first 5 are not timed)')
+
+def run(opts) -> dict:
+    return embedding_suite(n_table=opts.emb_rows, bs=opts.emb_bs, steps=opts.emb_steps, device=opts.device,
+                           seed=opts.seed)
 
 def format_table(res) -> str:
     "The suite's results as a table."

@@ -7,7 +7,7 @@ from .machine import MB, sync
 from .report import table
 from .timing import median_ms
 
-__all__ = ['multi_hot_suite', 'run', 'format_table']
+__all__ = ['multi_hot_suite', 'add_args', 'run', 'format_table']
 
 def _list_lengths(kind, n, rng):
     if kind == 'genres': return rng.choice([1, 2, 3, 4, 5, 6], n, p=[.32, .36, .2, .08, .03, .01])   # MovieLens-like
@@ -46,7 +46,13 @@ def multi_hot_suite(n=400_000, bs=32768, vocab=1000, dim=16, reps=3, device='cpu
         res[kind] = r
     return res
 
-def run(opts) -> dict: return multi_hot_suite(device=opts.device, seed=opts.seed)
+def add_args(group):
+    group.add_argument('--mh-rows', type=int, default=400_000, help='rows of each list column')
+    group.add_argument('--mh-bs', type=int, default=32768, help='batch size')
+    group.add_argument('--mh-reps', type=int, default=3, help='timed epochs')
+
+def run(opts) -> dict:
+    return multi_hot_suite(n=opts.mh_rows, bs=opts.mh_bs, reps=opts.mh_reps, device=opts.device, seed=opts.seed)
 
 def format_table(res) -> str:
     "The suite's results as a table."

@@ -1,0 +1,57 @@
+"""FGT_FAKE_DEVICE=lazy: the suite as a GPU machine runs it, on a CPU. fastai's `default_device()` (what loaders and
+learners use when given no device) returns torch's `lazy` device: TorchScript lazy tensors, computed on the CPU, which
+refuse to mix with CPU tensors as cuda tensors do. `torch.equal` across devices and `.numpy()` off the CPU raise, as
+with cuda. Lazy tensors have no sparse layout and no autocast: the tests named in `LAZY_CANNOT` skip."""
+import sys
+import pytest, torch
+
+__all__ = ['LAZY_CANNOT', 'use_fake_device']
+
+LAZY_CANNOT = ('sparse', 'combined_state', 'bf16_autocast')
+
+def use_fake_device(name):
+    "Make fastai's `default_device()` return `name` everywhere it was imported; `torch.equal`/`.numpy()` check devices."
+    import fastai.torch_core as tc, fastai.learner, fastai.tabular.all
+    import fastai_gpu_tabular.all, fastai_gpu_tabular.__main__   # what imports default_device, before it is replaced
+    if name != 'lazy': raise pytest.UsageError(f"FGT_FAKE_DEVICE={name!r}: only 'lazy' runs on a CPU")
+    import torch._lazy.ts_backend
+    torch._lazy.ts_backend.init()
+    # as with cuda, `model.to(device)` keeps the Parameter objects (an optimizer made before `fit` still holds them)
+    module_to = torch.nn.Module.to
+    def swapping_to(m, *a, **k):
+        torch.__future__.set_swap_module_params_on_conversion(True)
+        try: return module_to(m, *a, **k)
+        finally: torch.__future__.set_swap_module_params_on_conversion(False)
+    torch.nn.Module.to = swapping_to
+    dev, orig = torch.device(name, 0), tc.default_device
+    def default_device(use=-1): return dev if orig(use).type == 'cpu' and use in (-1, None, True) else orig(use)
+    for m in list(sys.modules.values()):
+        if getattr(m, 'default_device', None) is orig: m.default_device = default_device
+    equal = torch.equal
+    def checked_equal(a, b):
+        if a.device != b.device:
+            raise RuntimeError(f"Cannot compare two tensors on different devices. Got: {a.device} and {b.device}")
+        return equal(a, b)
+    torch.equal = torch.Tensor.equal = checked_equal
+    numpy = torch.Tensor.numpy
+    def checked_numpy(t, *a, **k):
+        if t.device.type != 'cpu':
+            raise TypeError(f"can't convert {t.device} device type tensor to numpy. Use Tensor.cpu() first.")
+        return numpy(t, *a, **k)
+    torch.Tensor.numpy = checked_numpy
+    copy_ = torch.Tensor.copy_   # a CPU tensor can copy a cuda one (load_state_dict does): lazy ones need a `.cpu()`
+    def cross_copy_(t, src, *a, **k): return copy_(t, src.cpu() if t.device.type == 'cpu' else src, *a, **k)
+    torch.Tensor.copy_ = cross_copy_
+    # lazy tensors have no storage to save: pickle a CPU copy that `to_device` puts on the default device when loaded
+    # (`map_location=lazy` keeps the CPU storage)
+    reduce_ex = torch.Tensor.__reduce_ex__
+    def lazy_reduce_ex(t, proto):
+        return (tc.to_device, (t.detach().cpu(),)) if t.device.type == 'lazy' else reduce_ex(t, proto)
+    torch.Tensor.__reduce_ex__ = lazy_reduce_ex
+    torch.serialization.add_safe_globals([tc.to_device])
+    torch.serialization.register_package(11, lambda o: None, lambda s, loc: s if loc.startswith('lazy') else None)
+    # a lazy graph grows until something reads a value: cut it after every step (and zero_grad), or each step recompiles
+    # all the steps before it
+    grad_opt = fastai.learner.Learner._do_grad_opt
+    def _do_grad_opt(learn): grad_opt(learn); torch._lazy.mark_step()
+    fastai.learner.Learner._do_grad_opt = _do_grad_opt
