@@ -81,8 +81,7 @@ def fresh_env(tmp_path_factory):
     py = d/'venv'/'bin'/'python'
     site = Path(run([py, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])']).stdout.strip())
     (site/'_overlay.pth').write_text(f'import site; site.addsitedir({str(overlay)!r})\n')
-    r = subprocess.run([py, '-c', 'import fastai_gpu_tabular'], capture_output=True, text=True, cwd=d,
-                       env={k: v for k, v in os.environ.items() if k != 'PYTHONPATH'})
+    r = subprocess.run([py, '-c', 'import fastai_gpu_tabular'], capture_output=True, text=True, cwd=d, env=_env())
     assert r.returncode != 0, 'the fresh environment must not see this package before it is installed'
     return py
 
