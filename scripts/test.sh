@@ -3,7 +3,7 @@
 # run the suite. Arguments go to pytest. In an environment already set up, `python -m pytest` is all it takes.
 #   VENV=path         the venv to make or reuse (default .venv)
 #   TORCH_INDEX_URL=  where torch comes from, e.g. https://download.pytorch.org/whl/cpu for the CPU build on a laptop
-#   PANDAS=2.3|3.0    hold pandas at that line (default: the newest that pyproject.toml allows)
+#   PANDAS=2.3|3.0    hold pandas at that line (default: what pip gives, in a new venv the newest allowed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
