@@ -1,7 +1,7 @@
 "The one module that knows cuDF/CuPy versus pandas/NumPy: lazy probes, the frame ops that differ, columns to tensors."
 from __future__ import annotations
 
-import functools, os
+import functools, os, warnings
 import numpy as np, pandas as pd, torch
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
@@ -115,7 +115,9 @@ def col_to_tensor(col) -> torch.Tensor:
     if is_cudf(col): return torch.from_dlpack(col.values)
     a = col.to_numpy()
     if a.dtype == object: raise TypeError(f"column {col.name!r} holds Python objects, not numbers")
-    return torch.from_numpy(a)   # strided views are fine: the caller copies into the packed tensor
+    with warnings.catch_warnings():   # pandas 3 (copy-on-write) gives read-only views: the caller only reads, to copy
+        warnings.filterwarnings('ignore', 'The given NumPy array is not writable', UserWarning)
+        return torch.from_numpy(a)   # strided views are fine: the caller copies into the packed tensor
 
 def frame_of_tensors(cols:dict, dtypes:dict, index):
     """A frame of 1-d tensors `cols` ({name: tensor}, strided views are fine), each copied as `dtypes[name]`, on `index`

@@ -5,7 +5,7 @@ import importlib.util
 from pathlib import Path
 import numpy as np, pandas as pd
 
-from .backend import to_backend
+from .backend import is_str_dtype, to_backend
 
 __all__ = ['datasets_path', 'load_flights', 'load_adult', 'load_movielens', 'load_movielens_100k', 'package_path',
            'criteo_names', 'make_criteo', 'criteo_parquet', 'load_flights_3m']
@@ -29,7 +29,7 @@ def load_flights(backend:str|None=None, nrows:int|None=None):
 def load_adult(backend:str|None=None):
     "UCI Adult census (CC BY 4.0), 48,842 rows; the target is `income`, and '?' (a missing category) becomes NaN."
     df = pd.read_parquet(datasets_path()/'adult.parquet')
-    obj = df.select_dtypes('object').columns
+    obj = [c for c in df.columns if is_str_dtype(df[c].dtype)]   # object on pandas 2, str on pandas 3
     df[obj] = df[obj].replace('?', np.nan)
     return to_backend(df, backend)
 

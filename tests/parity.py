@@ -1,5 +1,5 @@
 "Shared checks: `TabularGPU` against fastai's own `TabularPandas` built with the same arguments."
-import numpy as np, pandas as pd
+import numpy as np, pandas as pd, torch
 from fastai.tabular.all import TabularPandas, get_emb_sz
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import is_cudf, to_pandas
@@ -58,3 +58,18 @@ def assert_same_batches(ref_dl, ours_dl):
         np.testing.assert_array_equal(ob[0].cpu().numpy(), rb[0].cpu().numpy())
         np.testing.assert_allclose(ob[1].cpu().numpy(), rb[1].cpu().numpy(), rtol=1e-6, atol=1e-6)
         if len(rb) > 2: np.testing.assert_array_equal(ob[2].cpu().numpy(), rb[2].cpu().numpy().astype(ob[2].cpu().numpy().dtype))
+
+# fastai 2.8's TabDataLoader fails on pandas 3: its ReadTabBatch does `tensor(df[cols].values)`, and pandas 3 returns a
+# view of a block there, with negative strides where the columns sit in reverse order ("tensors with negative strides
+# are not currently supported"). Its processed frame is right, so on pandas 3 the reference batches come from that.
+FASTAI_LOADER_WORKS = int(pd.__version__.split('.')[0]) < 3
+
+def fastai_valid_batches(ref, bs):
+    "fastai's unshuffled validation batches of `ref`; on pandas 3, ReadTabBatch's tuples made from its processed frame."
+    if FASTAI_LOADER_WORKS: return list(ref.dataloaders(bs=bs, shuffle=False).valid)
+    v, ys = ref.valid, [n for n in ref.y_names if n in ref.items.columns]
+    t = lambda df: torch.from_numpy(np.ascontiguousarray(df.to_numpy()))   # fastai's `tensor(df.values)`, copied
+    def batch(rows):   # ReadTabBatch.encodes: (tensor(to.cats).long(), tensor(to.conts).float()[, tensor(to.targ)])
+        b = t(rows[list(v.cat_names)]).long(), t(rows[list(v.cont_names)]).float()
+        return b + ((t(rows[ys]),) if ys else ())
+    return [batch(v.items.iloc[i:i+bs]) for i in range(0, len(v.items), bs)]

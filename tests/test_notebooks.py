@@ -1,5 +1,5 @@
 """Every notebook in nbs/ executes top to bottom. Cells flagged `#| cuda` run only with CUDA and cuDF, `#| slow` only
-with FGT_SLOW=1, and `#| eval: false` never (nbdev's flags)."""
+with FGT_SLOW=1, and `#| eval: false` and `#| kaggle` (Kaggle-only set-up) never (nbdev's flags)."""
 import os, re
 from pathlib import Path
 import pytest
@@ -14,7 +14,7 @@ def _flags(cell):
 
 def skipped_flags():
     from fastai_gpu_tabular.backend import cudf_available
-    skip = {'eval: false'}
+    skip = {'eval: false', 'kaggle'}
     if not cudf_available(): skip.add('cuda')
     if os.environ.get('FGT_SLOW') != '1': skip.add('slow')
     return skip

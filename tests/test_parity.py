@@ -4,7 +4,7 @@ import numpy as np, pandas as pd, pytest
 from fastai.tabular.all import Categorify, FillMissing, FillStrategy, Normalize, RandomSplitter, TabularPandas, range_of
 from fastai_gpu_tabular.data import load_adult, load_flights, load_movielens, load_movielens_100k
 from fastai_gpu_tabular.all import TabularGPU
-from parity import assert_same_batches, assert_same_processing, build_both
+from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 
 PROCS = [Categorify, FillMissing, Normalize]
 
@@ -48,8 +48,7 @@ def test_real_dataset_parity(name, reduce_memory, backend):
     ref, ours = build_both(df, backend, procs=PROCS, splits=splits, reduce_memory=reduce_memory, **kw)
     assert_same_processing(ref, ours, exact=backend == 'pandas')
     # the loader's tuples are fastai's ReadTabBatch's
-    ref_dls, ours_dls = ref.dataloaders(bs=4096, shuffle=False), ours.dataloaders(bs=4096, shuffle=False)
-    assert_same_batches(ref_dls.valid, ours_dls.valid)
+    assert_same_batches(fastai_valid_batches(ref, 4096), ours.dataloaders(bs=4096, shuffle=False).valid)
 
 @pytest.mark.parametrize('strategy', [FillStrategy.median, FillStrategy.mode, FillStrategy.constant])
 @pytest.mark.parametrize('add_col', [True, False])
@@ -71,7 +70,7 @@ def test_target_setups_parity(y, backend):
     ref, ours = build_both(df, backend, procs=PROCS, cat_names=cats, cont_names=['distance', 'air_time', 'hour'],
                            y_names=y_names, splits=splits)
     assert_same_processing(ref, ours, exact=backend == 'pandas')
-    assert_same_batches(ref.dataloaders(bs=8192, shuffle=False).valid, ours.dataloaders(bs=8192, shuffle=False).valid)
+    assert_same_batches(fastai_valid_batches(ref, 8192), ours.dataloaders(bs=8192, shuffle=False).valid)
 
 def test_no_splits_and_test_set_parity(backend):
     "Unseen categories in new data map to #na# (0) exactly as fastai does, through `new(...).process()`."
