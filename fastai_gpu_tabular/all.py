@@ -9,3 +9,6 @@ from .model import *
 from .learner import *
 from .optimizer import *
 from .data import *
+from .stream import *
+from .dask_stats import *
+from .dask_tabular import *

@@ -7,7 +7,7 @@ import numpy as np, pandas as pd, torch
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'to_host', 'host_scalar', 'sorted_uniques',
            'encode_codes', 'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings',
-           'split_lists', 'explode_lists', 'pad_bags']
+           'split_lists', 'explode_lists', 'pad_bags', 'is_dask']
 
 # cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.
 @functools.cache
@@ -43,8 +43,13 @@ def is_cudf(o) -> bool:
     "Whether `o` is a cuDF object; checks the type's module, so it never imports cuDF."
     return type(o).__module__.split('.')[0] == 'cudf'
 
+def is_dask(o) -> bool:
+    "Whether `o` is a Dask collection (dask.dataframe, or dask-cudf's); checks the type's module, so it never imports Dask."
+    return type(o).__module__.split('.')[0] in ('dask', 'dask_cudf')
+
 def backend_of(df) -> str:
-    "'cudf' or 'pandas'"
+    "'cudf' or 'pandas' (for a Dask frame: its partitions')"
+    if is_dask(df): return backend_of(df._meta)
     if is_cudf(df): return 'cudf'
     if isinstance(df, (pd.DataFrame, pd.Series)): return 'pandas'
     raise TypeError(f"Expected a pandas or cuDF DataFrame, got {type(df).__name__}")
@@ -52,6 +57,7 @@ def backend_of(df) -> str:
 def to_backend(df, backend:str|None=None):
     "Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own."
     if backend is None or backend == backend_of(df): return df
+    if is_dask(df) and backend in ('cudf', 'pandas'): return df.to_backend(backend)   # dask-cudf for 'cudf'
     if backend == 'cudf': return require_cudf().from_pandas(df)
     if backend == 'pandas': return df.to_pandas()
     raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")

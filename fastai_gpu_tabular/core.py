@@ -16,6 +16,7 @@ from fastai.torch_core import display_df
 
 from .backend import (col_to_tensor, encode_codes, explode_lists, frame_device, gather_columns, is_cudf, is_list_dtype,
                       is_numeric_dtype, is_str_dtype, holds_strings, pad_bags, split_lists, to_backend, to_category, to_pandas)
+from .backend import is_dask
 from .loader import BatchDataLoader, BatchDataLoaders, unpack_rows
 from .procs import fill_nan_check, register_procs
 
@@ -33,6 +34,13 @@ def _row_order(splits, n):
 
 class TabularGPU(Tabular):
     "A `Tabular` over a cuDF or pandas frame: fastai's procs run on the frame's own device, batches come from packed tensors"
+    def __new__(cls, df=None, *args, **kwargs):
+        "A Dask frame gives a `TabularDask` (dask_tabular.py): learned over its partitions, packed into chunks on disk."
+        if cls is TabularGPU and is_dask(df):
+            from .dask_tabular import TabularDask
+            cls = TabularDask
+        return super().__new__(cls)
+
     def __init__(self, df, procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None, splits=None,
                  do_setup=True, device=None, inplace=False, reduce_memory=True,
                  backend:str|None=None, # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
