@@ -84,7 +84,7 @@ def _categorify_setups(self, to):
     self.classes, self.multi_hot_lens = {}, {}
     cols, fixed, lazy = {}, {}, {}
     for n in to.cat_names:
-        col = cols[n] = to.items[n].explode() if n in to.multi_hot else to.items[n]   # a list column: its elements
+        col = cols[n] = to.cols([n])[n].explode() if n in to.multi_hot else to.cols([n])[n]   # a list column: its elements
         fixed[n] = to._vocab_all.get(n) or _known_categories(col)
         if mf or mv: lazy[n] = col.dropna().value_counts()
         elif fixed[n] is None: lazy[n] = col.dropna().unique(split_out=1)
@@ -108,13 +108,13 @@ def _categorify_setups(self, to):
 def _fillmissing_setups(self, to):
     strategy = getattr(FillStrategy, self.fill_strategy) if isinstance(self.fill_strategy, str) else self.fill_strategy
     conts = list(to.cont_names)
-    nan_train, nan_all = (to_pandas(s) for s in compute(to.items[conts].isna().any(), to.full_items[conts].isna().any()))
+    nan_train, nan_all = (to_pandas(s) for s in compute(to.cols(conts).isna().any(), to.full_items[conts].isna().any()))
     missing = [n for n in conts if nan_train[n]]
     late = [n for n in conts if nan_all[n] and not nan_train[n]]
     if late: raise ValueError(f"continuous column(s) {late} contain NaN, but had none in the training rows, so FillMissing "
                               "learned no fill value for them: fill them before TabularGPU, or split so that training "
                               "rows have NaN too")
-    parts = to.items[missing].to_delayed() if missing else []
+    parts = to.cols(missing).to_delayed() if missing else []
     if strategy is FillStrategy.median: vals = exact_median(parts, missing, {n: to.items[n].dtype for n in missing})
     elif strategy is FillStrategy.mode: vals = exact_mode(parts, missing)
     elif strategy is FillStrategy.constant: vals = {n: self.fill_vals[n] for n in missing}
@@ -128,7 +128,7 @@ def _fillmissing_setups(self, to):
 def _normalize_setups(self, to):
     trn, conts = to.train, list(to.cont_names)
     dtypes = {c: trn.items[c].dtype for c in conts}
-    means, stds = exact_moments(trn.items[conts].to_delayed(), trn.part_lens, conts, dtypes) if conts else ({}, {})
+    means, stds = exact_moments(trn.cols(conts).to_delayed(), conts, dtypes) if conts else ({}, {})
     # pandas adds 1e-7 to the std Series, in its common dtype
     plus = np.array([stds[c] for c in conts], dtype=_result_type(list(dtypes.values()))) + 1e-7
     self.means, self.stds = means, dict(zip(conts, plus))
@@ -138,7 +138,7 @@ def _normalize_setups(self, to):
 def _categorize_setups(self, to):
     if len(to.y_names) > 0:
         n = to.y_names[0]
-        col, cats = to.train.items[n], _known_categories(to.items[n])
+        col, cats = to.train.cols([n])[n], _known_categories(to.items[n])
         train, every = (to_pandas(u) for u in compute(col.unique(split_out=1), to.items[n].unique(split_out=1)))
         if self.vocab is None:   # fastai's strict CategoryMap: a category column's categories seen in training
             present = set(train.dropna())

@@ -126,7 +126,8 @@ def _plan_pieces(x, plan, start, dtype):
     whole, shared = plan.pieces(start, start + len(x))
     xs = x.astype(dtype, copy=False)
     sums = sum_nodes(xs, [(a - start, n) for _,a,n in whole])
-    parts = [to_host(x[max(a - start, 0):a + n - start]) for _,a,n in shared]
+    # copies: a view would keep the partition's whole column alive in the results
+    parts = [to_host(x[max(a - start, 0):a + n - start]).copy() for _,a,n in shared]
     return dict(zip(whole, (to_host(s).item() for s in sums))), dict(zip(shared, parts))
 
 def _merge(pieces):
@@ -174,9 +175,11 @@ def _result_type(dtypes):
     "The dtype of pandas' `DataFrame.mean()`/`std()` over columns of `dtypes`: float32 only if all are float32."
     return np.result_type(np.float32, *[np.float64 if np.dtype(d).kind in 'iub' else d for d in dtypes])
 
-def exact_moments(parts:list, lens, cols:list, dtypes:dict, ddof:int=0) -> tuple:
+def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0) -> tuple:
     """`(means, stds)`: dicts as pandas' `df[cols].mean()` and `df[cols].std(ddof)` of the rows of the delayed
-    partitions `parts` (with `lens` rows each) put end to end: numpy's summation order, pandas' dtypes."""
+    partitions `parts` put end to end: numpy's summation order, pandas' dtypes. Three passes: the partitions' lengths
+    (Dask may cut another expression of the same frame into other partitions), the sums behind the means, the squares."""
+    lens = compute(*[_delayed(len)(p) for p in parts])
     n, starts = int(sum(lens)), np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
     p1 = compute(*[_delayed(_moments1)(p, cols, int(s), n) for p,s in zip(parts, starts)])
     means, avgs, counts = {}, {}, {}

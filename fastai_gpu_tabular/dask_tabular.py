@@ -90,8 +90,8 @@ class TabularDask(TabularGPU):
         if is_cudf(meta):   # cuDF keeps NaN apart from null; fastai's procs treat both as missing
             floats = [c for c in items.columns if items[c].dtype.kind == 'f']
             if floats: items = items.map_partitions(lambda p: p.assign(**{c: p[c].nans_to_nulls() for c in floats}))
-        items, self._lens, self._vocab_all = self._scan(items, cat_names, cont_names, y_names, reduce_memory, do_setup)
-        if do_setup and not self._lens.sum(): raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
+        items, self._counts, self._vocab_all = self._scan(items, cat_names, cont_names, y_names, reduce_memory, do_setup)
+        if do_setup and not self._counts.sum(): raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
         self.items, self._packed, self._parent, self._which, self.chunks = items, {}, None, None, None
         self.y_names, self.device = y_names, device
         self.chunk_dir = Path(chunk_dir) if chunk_dir is not None else Path(tempfile.mkdtemp(prefix='fgt-chunks-'))
@@ -103,7 +103,7 @@ class TabularDask(TabularGPU):
             procs = L(procs) + y_block.type_tfms
         from fasttransform import Pipeline
         self.cat_names, self.cont_names, self.procs = cat_names, cont_names, Pipeline(procs)
-        self.split = int(self._lens[:, 0].sum())
+        self.split = int(self._counts[0])
         if do_setup: self.setup()
 
     @staticmethod
@@ -121,16 +121,17 @@ class TabularDask(TabularGPU):
         ys = [n for n in y_names if n in items.columns]
         # the columns whose shrink depends on their values (fastai's rule on dtype names)
         num = [c for c in named if c not in self.multi_hot and getattr(meta[c].dtype, 'name', '').startswith(('int', 'uint', 'float'))]
-        tasks = {'rows': items.map_partitions(len)}
-        if split: tasks['valid'] = valid_mask(items[split], on).map_partitions(lambda m: int(m.sum()))
+        # totals only (Dask may fuse partitions differently for each set of columns it reads), from one cheap column
+        cheap = split or (num + list(items.columns))[0]
+        tasks = {'rows': items[cheap].map_partitions(len).sum()}
+        if split: tasks['valid'] = valid_mask(items[split], on).sum()
         if reduce_memory and num: tasks['min'], tasks['max'] = items[num].min(), items[num].max()
         if ys: tasks['ynan'] = items[ys].isna().any()
         res = {k: to_pandas(v) for k,v in zip(tasks, compute(*tasks.values()))}
+        lens, vocab = np.array([res['rows'] - res.get('valid', 0), res.get('valid', 0)], dtype=np.int64), {}
         if ys and res['ynan'].any():
             raise ValueError(f"target column {res['ynan'][res['ynan']].index[0]!r} contains NaN/null: drop or fill those "
                              "rows (or drop the column for unlabelled data)")
-        valid = res['valid'].to_numpy() if split else np.zeros(len(res['rows']), np.int64)
-        lens, vocab = np.stack([res['rows'].to_numpy() - valid, valid], 1).astype(np.int64), {}
         if not reduce_memory: return items, lens, vocab
         # fastai's df_shrink_dtypes on a stand-in frame: each column's dtype, and its min and max where they matter
         proxy = to_pandas(items._meta_nonempty[named]).iloc[:2].reset_index(drop=True)
@@ -145,22 +146,26 @@ class TabularDask(TabularGPU):
         return (items.astype(casts) if casts else items), lens, vocab
 
     # --- the object and its subsets -------------------------------------------------------------------------------
-    def __len__(self): return int(self._lens.sum()) if self._which is None else int(self._lens[:, self._which].sum())
-    @property
-    def part_lens(self) -> np.ndarray:
-        "Rows of each partition of `items` (of this subset's rows, for a subset)."
-        return self._lens.sum(1) if self._which is None else self._lens[:, self._which]
+    def __len__(self): return int(self._counts.sum() if self._which is None else self._counts[self._which])
+
+    def cols(self, names:list):
+        """Columns `names` of this object's rows, lazily: for a subset, projected before the split's filter, so that
+        Dask reads and encodes only those columns (its optimizer does not push a projection through that filter)."""
+        names = list(names)
+        if self._which is None: return self.items[names]
+        f = self.full_items
+        if self.split_col is None: return f[names] if self._which == 0 else f[names].map_partitions(lambda p: p.iloc[:0])
+        f = f[list(dict.fromkeys(names + [self.split_col]))]
+        v = valid_mask(f[self.split_col], self.split_on)
+        return f[v if self._which else ~v][names]
 
     def subset(self, i):
         "Train (0) or valid (1) rows: `items` filtered lazily on the split column; their chunks once processed."
         res = object.__new__(type(self))
         res.__dict__.update(self.__dict__)
-        items = self.items
-        if self.split_col is not None:
-            v = valid_mask(items[self.split_col], self.split_on)
-            items = items[v] if i else items[~v]
-        elif i: items = items.map_partitions(lambda p: p.iloc[:0])   # no split: no validation rows
-        res.items, res.split, res._packed, res._parent, res._which = items, int(self._lens[:, i].sum()), {}, self, i
+        res._which, res._parent = i, self
+        items = res.cols(list(self.items.columns))
+        res.items, res.split, res._packed, res._parent, res._which = items, int(self._counts[i]), {}, self, i
         res.chunks = self.chunks[i] if self.chunks is not None else None
         return res
 
@@ -211,7 +216,7 @@ class TabularDask(TabularGPU):
         layout, width = res[0][0], res[0][1]
         self.chunks = tuple(PackedChunks.write(self.chunk_dir/sub, [(f'part.{i:05d}.npy', r[2 + j]) for i,r in enumerate(res)],
                                                layout, width) for j,sub in enumerate(('train', 'valid')))
-        self._lens = np.array([r[2:] for r in res], dtype=np.int64)
+        self._counts = np.array([r[2:] for r in res], dtype=np.int64).sum(0)
 
     def packed_rows(self, device=None) -> tuple:
         "`(rows, layout)` of this subset's chunks loaded whole on `device` (the resident path: they must fit)."

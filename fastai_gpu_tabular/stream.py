@@ -191,10 +191,12 @@ class StreamDataLoader(BatchDataLoader):
                  shard:bool|None=None, # take this rank's share under torch.distributed (default: when shuffling)
                  **kwargs):
         self.chunks = dataset if isinstance(dataset, PackedChunks) else dataset.chunks
+        if self.chunks is dataset and kwargs.get('after_batch') is None: kwargs['after_batch'] = []   # no names to decode
         if kwargs.get('wgts') is not None: raise ValueError("StreamDataLoader cannot sample by weight (wgts)")
         if int(window) < 1: raise ValueError(f"window must be a positive number of pieces, got {window!r}")
         self.window, self.seed, self.shard, self.epoch = int(window), seed, shard, 0
         self.memory_budget, self._piece_rows = _bytes(memory_budget), piece_rows
+        kwargs.setdefault('indexed', True)   # fastai's test for shufflable datasets: ours are, a piece at a time
         super().__init__(dataset, bs=bs, shuffle=shuffle, **kwargs)
 
     @property

@@ -183,3 +183,16 @@ def test_errors():
         TabularGPU(ddf, splits='is_valid', **{**kw(), 'procs': [Categorify, lambda to: to]})
     with pytest.raises(TypeError, match="continuous column 'f64' has dtype Float64"):
         TabularGPU(dd.from_pandas(df.astype({'f64': 'Float64'}), npartitions=2), splits='is_valid', **kw())
+
+@pytest.mark.gpu
+def test_dask_cudf(built):
+    "cuDF partitions (dask-cudf): fastai's state bit for bit, and the codes the pandas partitions give."
+    pytest.importorskip('dask_cudf', reason='needs dask-cudf')
+    to, tp, ddf = built
+    with dask.config.set({'dataframe.convert-string': False}):
+        tc = TabularGPU(ddf.to_backend('cudf'), procs=[Categorify, FillMissing, Normalize], cat_names=list(CATS),
+                        cont_names=list(CONTS), y_names='label', splits='is_valid')
+    _same_state(tc, tp)
+    assert all(torch.equal(a.load(), b.load()) for a, b in zip(tc.chunks, to.chunks))
+    dls = tc.dataloaders(bs=512, device='cuda', stream=True, piece_rows=700)
+    assert sum(len(b[0]) for b in dls.train) == len(dls.train) * 512 and next(iter(dls.valid))[0].is_cuda
