@@ -101,6 +101,12 @@ class PackedChunks:
         for i,(a,b) in enumerate(zip(self.starts[:-1], self.starts[1:])): self.read(i, 0, int(b - a), out[a:b])
         return out.to(device) if device is not None else out
 
+    def packed_rows(self, device=None) -> tuple:
+        "`(rows, layout)` all loaded, as `TabularGPU.packed_rows` gives them: a `BatchDataLoader` can serve chunks that fit."
+        device = torch.device(device or 'cpu')
+        if getattr(self, '_loaded', (None,))[0] != device: self._loaded = (device, self.load(device))
+        return self._loaded[1], self.layout
+
     def pieces(self, piece_rows:int) -> list:
         "Every file cut into contiguous `(file, start, stop)` pieces of at most `piece_rows` rows, in row order."
         return [(i, a, min(a + piece_rows, int(n))) for i,n in enumerate(self.lens) for a in range(0, int(n), piece_rows)]
