@@ -3,22 +3,34 @@ partitions exactly the state they learn from the same rows in memory (dask_stats
 ones (procs.py) on each partition, lazily, so the codes, fills and normalised values are the in-memory ones."""
 from __future__ import annotations
 
-import warnings
+import warnings, weakref
 import numpy as np, pandas as pd
 from fastai.data.block import TransformBlock
 from fastai.data.transforms import Categorize, CategoryMap, Normalize
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
 
-from .backend import explode_lists, sorted_uniques, to_host, to_pandas
+from .backend import encode_codes, explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
 from .dask_stats import _delayed, _result_type, compute, exact_median, exact_mode, exact_moments, quantile_from_counts
 from .procs import Categorify, _register, category_map
 
 __all__ = ['register_dask_procs']
 
+_INDEXES = weakref.WeakKeyDictionary()   # Categorify -> {column: its vocabulary as a pandas Index}, in each process
+
+def _vocab_index(proc, n) -> pd.Index:
+    "Column `n`'s vocabulary as a pandas Index, made once per process: its hash table then serves every partition."
+    d = _INDEXES.setdefault(proc, {})
+    if n not in d: d[n] = pd.Index(list(proc.classes[n].items[1:]), tupleize_cols=False)
+    return d[n]
+
 def _apply(part, proc, names:dict):
     "`proc`'s in-memory encodes on one partition's columns, as on a `TabularGPU` of them."
     from .core import TabularGPU
+    if isinstance(proc, fatc.Categorify) and not is_cudf(part):
+        # procs.py's Categorify encodes, with the vocabulary's Index kept (a list would be hashed again each partition)
+        return pd.DataFrame({n: encode_codes(part[n], _vocab_index(proc, n), add=1) for n in names['cat_names']},
+                            index=part.index)
     t = TabularGPU(part, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
     proc(t)
     return t.items

@@ -189,6 +189,7 @@ def test_out_of_core(tmp_path):
     imports and allocates what any run does), and one epoch sees every training row once. glibc's malloc would keep
     freed blocks (its mmap threshold rises with them), Arrow its pool: both are told to give memory back, so that RSS
     measures what is in use."""
+    pytest.importorskip('dask', reason='the out-of-core build runs on Dask (the `dask` extra)')
     budget, n, parts = 20 * 2**20, 300_000, 30
     (tmp_path/'ooc.py').write_text(_OUT_OF_CORE)
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MALLOC_ARENA_MAX': '2', 'MALLOC_MMAP_THRESHOLD_': '65536',
