@@ -39,10 +39,11 @@ def _columns(proc, to) -> dict:
     "The names a proc's encodes read: only those columns go through it, so a later pass over others skips it."
     have = set(to.items.columns)
     names = dict(cat_names=[], cont_names=[], y_names=[], multi_hot={})
-    if isinstance(proc, fatc.Categorify): names['cat_names'] = [n for n in to.cat_names if n in have and n not in to.multi_hot]
-    elif isinstance(proc, FillMissing): names['cont_names'] = [n for n in to.cont_names if n in proc.na_dict and n in have]
-    elif isinstance(proc, Normalize): names['cont_names'] = [n for n in to.cont_names if n in have]
-    elif isinstance(proc, Categorize): names['y_names'] = [n for n in to.y_names if n in have]
+    if isinstance(proc, fatc.Categorify): names['cat_names'] = [n for n in to.cat_names if n not in to.multi_hot]
+    elif isinstance(proc, FillMissing): names['cont_names'] = [n for n in to.cont_names if n in proc.na_dict]
+    elif isinstance(proc, Normalize): names['cont_names'] = list(to.cont_names)
+    elif isinstance(proc, Categorize): names['y_names'] = list(to.y_names)
+    names.update({k: [n for n in v if n in have] for k,v in names.items() if k != 'multi_hot'})
     return names
 
 def _encodes(self, to):
@@ -62,7 +63,7 @@ def _encodes(self, to):
 
 # --- Categorify ---------------------------------------------------------------------------------------------------
 def _frequent(vals:list, counts, min_freq, max_vocab) -> list:
-    "`procs.freq_values`' rule on counts already made: at least `min_freq`, the `max_vocab` most frequent, in `vals` order."
+    "`procs.freq_values`' rule on counts made: at least `min_freq`, the `max_vocab` most frequent, in `vals` order."
     counts = counts.astype('int64').reindex(pd.Index(vals, dtype=object)).fillna(0).to_numpy()
     keep = np.flatnonzero(counts >= (min_freq or 1))
     if max_vocab is not None and len(keep) > max_vocab:
@@ -84,7 +85,8 @@ def _bag_width(hist, name, max_bag=None) -> int:
     if max_bag < longest:
         cut = int(hist[max_bag + 1:].sum())
         warnings.warn(f"multi-hot column {name!r}: padding to {max_bag} slots, so {cut} of {int(hist.sum())} rows "
-                      f"(lists up to {longest} long) lose their elements past {max_bag}; pass Categorify(max_bag=...) to change")
+                      f"(lists up to {longest} long) lose their elements past {max_bag}; pass Categorify(max_bag=...) "
+                      "to change")
     return min(max_bag, longest)
 
 def _known_categories(col) -> list|None:
@@ -96,7 +98,8 @@ def _categorify_setups(self, to):
     self.classes, self.multi_hot_lens = {}, {}
     cols, fixed, lazy = {}, {}, {}
     for n in to.cat_names:
-        col = cols[n] = to.cols([n])[n].explode() if n in to.multi_hot else to.cols([n])[n]   # a list column: its elements
+        col = to.cols([n])[n]
+        if n in to.multi_hot: col = col.explode()   # a list column: its elements
         fixed[n] = to._vocab_all.get(n) or _known_categories(col)
         if mf or mv: lazy[n] = col.dropna().value_counts()
         elif fixed[n] is None: lazy[n] = col.dropna().unique(split_out=1)
@@ -123,17 +126,18 @@ def _fillmissing_setups(self, to):
     nan_train, nan_all = (to_pandas(s) for s in compute(to.cols(conts).isna().any(), to.full_items[conts].isna().any()))
     missing = [n for n in conts if nan_train[n]]
     late = [n for n in conts if nan_all[n] and not nan_train[n]]
-    if late: raise ValueError(f"continuous column(s) {late} contain NaN, but had none in the training rows, so FillMissing "
-                              "learned no fill value for them: fill them before TabularGPU, or split so that training "
-                              "rows have NaN too")
+    if late: raise ValueError(f"continuous column(s) {late} contain NaN, but had none in the training rows, so "
+                              "FillMissing learned no fill value for them: fill them before TabularGPU, or split so "
+                              "that training rows have NaN too")
     parts = to.cols(missing).to_delayed() if missing else []
     if strategy is FillStrategy.median: vals = exact_median(parts, missing, {n: to.items[n].dtype for n in missing})
     elif strategy is FillStrategy.mode: vals = exact_mode(parts, missing)
     elif strategy is FillStrategy.constant: vals = {n: self.fill_vals[n] for n in missing}
-    else: raise TypeError(f"FillMissing(fill_strategy={strategy!r}) has no Dask implementation: use median, mode or constant")
+    else: raise TypeError(f"FillMissing(fill_strategy={strategy!r}) has no Dask implementation: use median, mode or "
+                          "constant")
     for n,v in vals.items():
-        if v is None: raise ValueError(f"continuous column {n!r} is entirely NaN in the training rows: FillMissing cannot "
-                                       "compute a fill value. Drop the column or pass `fill_vals`")
+        if v is None: raise ValueError(f"continuous column {n!r} is entirely NaN in the training rows: FillMissing "
+                                       "cannot compute a fill value. Drop the column or pass `fill_vals`")
     self.na_dict, self.fill_strategy = vals, strategy.__name__
 
 # --- Normalize ----------------------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ import numpy as np, pandas as pd
 
 from .backend import is_cudf, to_host
 
-__all__ = ['pairwise_sum', 'sum_nodes', 'SumPlan', 'exact_moments', 'exact_median', 'exact_mode', 'quantile_from_counts',
-           'compute']
+__all__ = ['pairwise_sum', 'sum_nodes', 'SumPlan', 'exact_moments', 'exact_median', 'exact_mode',
+           'quantile_from_counts', 'compute']
 
 def compute(*tasks):
     "Compute Dask collections or delayed objects together on the active scheduler (a distributed Client if any)."
@@ -94,10 +94,11 @@ class SumPlan:
 
     def blocks(self, start=0, stop=None):
         stop = self.n if stop is None else stop
-        for b in range(start // self.block, -(-stop // self.block)): yield b, b * self.block, min(self.block, self.n - b * self.block)
+        for b in range(start // self.block, -(-stop // self.block)):
+            yield b, b * self.block, min(self.block, self.n - b * self.block)
 
     def pieces(self, start, stop):
-        "`(whole, shared)`: nodes `(block, a, n)` inside `[start, stop)`, and the leaves it shares with other partitions."
+        "`(whole, shared)`: nodes `(block, a, n)` inside `[start, stop)`, and the leaves it shares with its neighbours."
         whole, shared = [], []
         def walk(b, a, n):
             if a >= stop or a + n <= start: return
@@ -178,7 +179,7 @@ def _result_type(dtypes):
 def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0) -> tuple:
     """`(means, stds)`: dicts as pandas' `df[cols].mean()` and `df[cols].std(ddof)` of the rows of the delayed
     partitions `parts` put end to end: numpy's summation order, pandas' dtypes. Three passes: the partitions' lengths
-    (Dask may cut another expression of the same frame into other partitions), the sums behind the means, the squares."""
+    (Dask may cut other expressions of the same frame into other partitions), the sums behind the means, the squares."""
     lens = compute(*[_delayed(len)(p) for p in parts])
     n, starts = int(sum(lens)), np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
     p1 = compute(*[_delayed(_moments1)(p, cols, int(s), n) for p,s in zip(parts, starts)])
@@ -277,5 +278,6 @@ def quantile_from_counts(values, counts, q:float) -> float:
     values, cum = np.asarray(values), np.cumsum(counts)
     v = (cum[-1] - 1) * np.asarray(q, dtype='f8')   # numpy's virtual index for the 'linear' method
     i = int(np.floor(v))
-    a, b = values[np.searchsorted(cum, i, side='right')], values[np.searchsorted(cum, min(i + 1, cum[-1] - 1), side='right')]
+    at = lambda k: values[np.searchsorted(cum, k, side='right')]   # the k-th value in sorted order
+    a, b = at(i), at(min(i + 1, cum[-1] - 1))
     return float(np.quantile(np.array([a, b]), v - i))   # numpy's own interpolation between the two

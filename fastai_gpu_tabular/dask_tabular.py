@@ -1,6 +1,7 @@
-"""`TabularDask`: what `TabularGPU(ddf, ...)` gives for a Dask DataFrame (pandas or cuDF partitions). fastai's procs learn
-their state over the partitions, exactly what they learn from the same rows in memory (dask_procs.py); processing then
-writes the packed rows of each partition to `.npy` chunks, and `dataloaders()` streams them when they do not fit."""
+"""`TabularDask`: what `TabularGPU(ddf, ...)` gives for a Dask DataFrame (pandas or cuDF partitions). fastai's procs
+learn their state over the partitions, exactly what they learn from the same rows in memory (dask_procs.py);
+processing then writes each partition's packed rows to `.npy` chunks, and `dataloaders()` streams them if they do not
+fit."""
 from __future__ import annotations
 
 import shutil, tempfile, weakref
@@ -12,6 +13,7 @@ from fastai.data.transforms import Categorize, EncodedMultiCategorize, Normalize
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastai.torch_core import default_device, display_df
+from fasttransform import Pipeline
 
 from .backend import (col_to_tensor, is_cudf, is_dask, is_numeric_dtype, sorted_uniques, split_lists, to_backend,
                       to_pandas)
@@ -25,7 +27,7 @@ __all__ = ['TabularDask', 'valid_mask']
 _PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize)
 
 def valid_mask(col, on=None):
-    "fastai's `ColSplitter` rule on a column (pandas, cuDF or Dask): truthy values, or those equal to/in `on`, are validation."
+    "fastai's `ColSplitter` rule on a column (pandas, cuDF or Dask): truthy values (or those equal to/in `on`) validate"
     if on is None: return col.astype(bool)
     return col.isin(list(on)) if isinstance(on, (list, tuple, set, L)) else col == on
 
@@ -37,12 +39,12 @@ def _split_spec(splits, columns) -> tuple:
         cells = dict(zip(splits.__code__.co_freevars, (c.cell_contents for c in splits.__closure__)))
         col, on = cells['col'], cells['on']
     elif callable(splits):
-        raise TypeError(f"splits={getattr(splits, '__qualname__', splits)!r} on a Dask frame: a splitter that draws row "
-                        "positions needs the whole frame in memory. Put the split in a boolean column and pass "
+        raise TypeError(f"splits={getattr(splits, '__qualname__', splits)!r} on a Dask frame: a splitter that draws "
+                        "row positions needs the whole frame in memory. Put the split in a boolean column and pass "
                         "splits='is_valid' (or ColSplitter('is_valid'))")
     else:
-        raise TypeError("splits as lists of row positions cannot address a Dask frame's rows: put the split in a boolean "
-                        "column and pass splits='is_valid' (or ColSplitter('is_valid'))")
+        raise TypeError("splits as lists of row positions cannot address a Dask frame's rows: put the split in a "
+                        "boolean column and pass splits='is_valid' (or ColSplitter('is_valid'))")
     if isinstance(col, int): col = columns[col]
     if col not in columns: raise KeyError(f"the split column {col!r} is not in the frame (it has {list(columns)[:20]})")
     return col, on
@@ -77,8 +79,8 @@ class TabularDask(TabularGPU):
         for n in cont_names:
             dt = meta[n].dtype
             if not isinstance(dt, np.dtype) or not is_numeric_dtype(dt):
-                raise TypeError(f"continuous column {n!r} has dtype {dt}: on a Dask frame continuous columns need a NumPy "
-                                "numeric dtype (pandas' exact statistics are those of NumPy arrays); cast it first")
+                raise TypeError(f"continuous column {n!r} has dtype {dt}: on a Dask frame continuous columns need a "
+                                "NumPy numeric dtype (pandas' exact statistics are NumPy's); cast it first")
         self.multi_hot = self._multi_hot(self._probe(df, cat_names, multi_hot), cat_names, multi_hot)
         keep = list(dict.fromkeys(cat_names + cont_names + y_names + ([self.split_col] if self.split_col else [])))
         items = df[[c for c in keep if c in df.columns]]
@@ -90,8 +92,9 @@ class TabularDask(TabularGPU):
         if is_cudf(meta):   # cuDF keeps NaN apart from null; fastai's procs treat both as missing
             floats = [c for c in items.columns if items[c].dtype.kind == 'f']
             if floats: items = items.map_partitions(lambda p: p.assign(**{c: p[c].nans_to_nulls() for c in floats}))
-        items, self._counts, self._vocab_all = self._scan(items, cat_names, cont_names, y_names, reduce_memory, do_setup)
-        if do_setup and not self._counts.sum(): raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
+        items, self._counts, self._vocab_all = self._scan(items, cat_names, cont_names, y_names, reduce_memory)
+        if do_setup and not self._counts.sum():
+            raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
         self.items, self._packed, self._parent, self._which, self.chunks = items, {}, None, None, None
         self.y_names, self.device = y_names, device
         self.chunk_dir = Path(chunk_dir) if chunk_dir is not None else Path(tempfile.mkdtemp(prefix='fgt-chunks-'))
@@ -101,7 +104,6 @@ class TabularDask(TabularGPU):
         if y_block is not None and do_setup:
             if callable(y_block): y_block = y_block()
             procs = L(procs) + y_block.type_tfms
-        from fasttransform import Pipeline
         self.cat_names, self.cont_names, self.procs = cat_names, cont_names, Pipeline(procs)
         self.split = int(self._counts[0])
         if do_setup: self.setup()
@@ -113,14 +115,15 @@ class TabularDask(TabularGPU):
         obj = [n for n in cat_names if n not in mh and n in df.columns and df._meta[n].dtype == object]
         return df[obj].head(64, compute=True) if obj and not is_cudf(df._meta) else df._meta
 
-    def _scan(self, items, cat_names, cont_names, y_names, reduce_memory, do_setup):
+    def _scan(self, items, cat_names, cont_names, y_names, reduce_memory):
         """One pass over the rows: each partition's train/valid rows; fastai's `df_shrink` casts (from the columns'
         min/max); the vocabulary over all rows of object cat columns (fastai takes it from their category cast)."""
         split, on, meta = self.split_col, self.split_on, items._meta
         named = [c for c in dict.fromkeys(cat_names + cont_names + y_names) if c in items.columns]
         ys = [n for n in y_names if n in items.columns]
         # the columns whose shrink depends on their values (fastai's rule on dtype names)
-        num = [c for c in named if c not in self.multi_hot and getattr(meta[c].dtype, 'name', '').startswith(('int', 'uint', 'float'))]
+        num = [c for c in named if c not in self.multi_hot
+               and getattr(meta[c].dtype, 'name', '').startswith(('int', 'uint', 'float'))]
         # totals only (Dask may fuse partitions differently for each set of columns it reads), from one cheap column
         cheap = split or (num + list(items.columns))[0]
         tasks = {'rows': items[cheap].map_partitions(len).sum()}
@@ -130,8 +133,8 @@ class TabularDask(TabularGPU):
         res = {k: to_pandas(v) for k,v in zip(tasks, compute(*tasks.values()))}
         lens, vocab = np.array([res['rows'] - res.get('valid', 0), res.get('valid', 0)], dtype=np.int64), {}
         if ys and res['ynan'].any():
-            raise ValueError(f"target column {res['ynan'][res['ynan']].index[0]!r} contains NaN/null: drop or fill those "
-                             "rows (or drop the column for unlabelled data)")
+            raise ValueError(f"target column {res['ynan'][res['ynan']].index[0]!r} contains NaN/null: drop or fill "
+                             "those rows (or drop the column for unlabelled data)")
         if not reduce_memory: return items, lens, vocab
         # fastai's df_shrink_dtypes on a stand-in frame: each column's dtype, and its min and max where they matter
         proxy = to_pandas(items._meta_nonempty[named]).iloc[:2].reset_index(drop=True)
@@ -154,7 +157,8 @@ class TabularDask(TabularGPU):
         names = list(names)
         if self._which is None: return self.items[names]
         f = self.full_items
-        if self.split_col is None: return f[names] if self._which == 0 else f[names].map_partitions(lambda p: p.iloc[:0])
+        if self.split_col is None:   # no split: every row trains
+            return f[names] if self._which == 0 else f[names].map_partitions(lambda p: p.iloc[:0])
         f = f[list(dict.fromkeys(names + [self.split_col]))]
         v = valid_mask(f[self.split_col], self.split_on)
         return f[v if self._which else ~v][names]
@@ -163,21 +167,21 @@ class TabularDask(TabularGPU):
         "Train (0) or valid (1) rows: `items` filtered lazily on the split column; their chunks once processed."
         res = object.__new__(type(self))
         res.__dict__.update(self.__dict__)
-        res._which, res._parent = i, self
-        items = res.cols(list(self.items.columns))
-        res.items, res.split, res._packed, res._parent, res._which = items, int(self._counts[i]), {}, self, i
+        res._which, res._parent, res._packed, res.split = i, self, {}, int(self._counts[i])
+        res.items = res.cols(list(self.items.columns))
         res.chunks = self.chunks[i] if self.chunks is not None else None
         return res
 
     def new(self, df, inplace=False):
-        "A Tabular for `df` with these procs and names: a `TabularGPU` for a pandas/cuDF frame, a `TabularDask` for a Dask one."
+        "A Tabular of `df` with these procs and names: `TabularGPU` for a pandas/cuDF frame, `TabularDask` for Dask's."
         kw = dict(do_setup=False, reduce_memory=False, y_block=TransformBlock(), multi_hot=self.multi_hot,
                   procs=self.procs, cat_names=self.cat_names, cont_names=self.cont_names, y_names=self.y_names,
                   device=self.device)
         if is_dask(df): return TabularDask(df, chunk_dir=None, **kw)
         return TabularGPU(df, inplace=inplace, **kw)
 
-    def new_empty(self): return self.new(pd.DataFrame({}, columns=[c for c in self.items.columns if c != self.split_col]))
+    def new_empty(self):
+        return self.new(pd.DataFrame({}, columns=[c for c in self.items.columns if c != self.split_col]))
     def show(self, max_n=10, **kwargs):
         "The first `max_n` rows, decoded, on the host."
         display_df(self.new(to_pandas(self.items[self.all_col_names].head(max_n))).decode().items)
@@ -207,15 +211,16 @@ class TabularDask(TabularGPU):
             if d.exists(): shutil.rmtree(d)
             d.mkdir(parents=True)
         procs = dask.delayed(self.procs)   # one copy in the graph, not one per task
-        names = dict(cat_names=list(self.cat_names),
-                     cont_names=list(self.cont_names), y_names=[n for n in self.y_names if n in self.items.columns],
-                     multi_hot=self.multi_hot)
+        names = dict(cat_names=list(self.cat_names), cont_names=list(self.cont_names), multi_hot=self.multi_hot,
+                     y_names=[n for n in self.y_names if n in self.items.columns])
         parts = self.items.to_delayed()
-        res = compute(*[_delayed(_pack_partition)(p, procs, str(self.chunk_dir), i, self.split_col, self.split_on, names)
+        pack = _delayed(_pack_partition)
+        res = compute(*[pack(p, procs, str(self.chunk_dir), i, self.split_col, self.split_on, names)
                         for i,p in enumerate(parts)])
         layout, width = res[0][0], res[0][1]
-        self.chunks = tuple(PackedChunks.write(self.chunk_dir/sub, [(f'part.{i:05d}.npy', r[2 + j]) for i,r in enumerate(res)],
-                                               layout, width) for j,sub in enumerate(('train', 'valid')))
+        self.chunks = tuple(PackedChunks.write(self.chunk_dir/sub, [(f'part.{i:05d}.npy', r[2 + j]) for i,r in
+                                                                    enumerate(res)], layout, width)
+                            for j,sub in enumerate(('train', 'valid')))
         self._counts = np.array([r[2:] for r in res], dtype=np.int64).sum(0)
 
     def packed_rows(self, device=None) -> tuple:
@@ -229,8 +234,8 @@ class TabularDask(TabularGPU):
         return self._packed[device]
 
     def dataloaders(self, bs=64, shuffle=True, val_bs=None, device=None, drop_last=None, path='.',
-                    memory_budget=None, # bytes (or '4GB') the packed rows may take on `device` (default: half its free memory)
-                    stream:bool|None=None, # force streaming (True) or the resident loader (False); default: by the budget
+                    memory_budget=None, # bytes (or '4GB') the packed rows may take on `device` (default: half free)
+                    stream:bool|None=None, # streaming (True) or the resident loader (False); default: by the budget
                     window:int=8, piece_rows:int|None=None, seed:int|None=None, **kwargs):
         """`BatchDataLoaders`: resident `BatchDataLoader`s when the packed rows fit in `memory_budget`, otherwise
         `StreamDataLoader`s reading the chunks (the budget then bounds their window and read-ahead)."""

@@ -106,7 +106,8 @@ def criteo_parquet(path, n_rows:int, seed:int=0, max_card:int=1_000_000, row_gro
         make_criteo(n_rows, seed, max_card).to_parquet(path, row_group_size=row_group_size)
     return path
 
-def criteo_parts(path, n_rows:int, seed:int=0, part_rows:int=500_000, max_card:int=1_000_000, valid_pct:float=0.2) -> Path:
+def criteo_parts(path, n_rows:int, seed:int=0, part_rows:int=500_000, max_card:int=1_000_000,
+                 valid_pct:float=0.2) -> Path:
     """A folder of parquet files of `part_rows` rows (one row group each: one Dask partition each) of Criteo-like rows,
     written a part at a time, so that 10M+ rows never sit in memory, plus a seeded boolean `is_valid` column. The recipe
     is `make_criteo`'s (columns, laws, label model); its world (vocabularies, value propensities, column laws) is drawn

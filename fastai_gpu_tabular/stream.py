@@ -62,7 +62,7 @@ class PackedChunks:
     def __len__(self): return int(self.starts[-1])
     @property
     def nbytes(self) -> int: return len(self) * self.width * 4
-    def __repr__(self): return f'{type(self).__name__}({str(self.path)!r}: {len(self):,} rows in {len(self.files)} files)'
+    def __repr__(self): return f'{type(self).__name__}({str(self.path)!r}: {len(self):,} rows, {len(self.files)} files)'
 
     def _offset(self, i):
         "Where file `i`'s data starts (after its `.npy` header)."
@@ -102,14 +102,15 @@ class PackedChunks:
         return out.to(device) if device is not None else out
 
     def packed_rows(self, device=None) -> tuple:
-        "`(rows, layout)` all loaded, as `TabularGPU.packed_rows` gives them: a `BatchDataLoader` can serve chunks that fit."
+        "`(rows, layout)`, all loaded, as `TabularGPU.packed_rows` gives them: so a `BatchDataLoader` serves them"
         device = torch.device(device or 'cpu')
         if getattr(self, '_loaded', (None,))[0] != device: self._loaded = (device, self.load(device))
         return self._loaded[1], self.layout
 
     def pieces(self, piece_rows:int) -> list:
         "Every file cut into contiguous `(file, start, stop)` pieces of at most `piece_rows` rows, in row order."
-        return [(i, a, min(a + piece_rows, int(n))) for i,n in enumerate(self.lens) for a in range(0, int(n), piece_rows)]
+        return [(i, a, min(a + piece_rows, int(n))) for i,n in enumerate(self.lens)
+                for a in range(0, int(n), piece_rows)]
 
 def _rank_slices(pieces:list, rank:int, ws:int) -> list:
     """Rank `rank`'s share of the rows of `pieces` end to end: the `rank`-th of `ws` equal runs of `ceil(n/ws)` rows,
@@ -192,12 +193,12 @@ class StreamDataLoader(BatchDataLoader):
     def __init__(self, dataset, bs=64, shuffle=False,
                  window:int=8, # pieces shuffled together on the device
                  piece_rows:int|None=None, # rows read at a time (default: from `memory_budget`)
-                 memory_budget:int|str|None=None, # bytes the window and read-ahead may take on the device (default 1/4 free)
+                 memory_budget:int|str|None=None, # bytes the window and read-ahead may take (default: 1/4 of free)
                  seed:int|None=None, # seed of the piece order (default: drawn from torch's generator each epoch)
                  shard:bool|None=None, # take this rank's share under torch.distributed (default: when shuffling)
                  **kwargs):
         self.chunks = dataset if isinstance(dataset, PackedChunks) else dataset.chunks
-        if self.chunks is dataset and kwargs.get('after_batch') is None: kwargs['after_batch'] = []   # no names to decode
+        if self.chunks is dataset and kwargs.get('after_batch') is None: kwargs['after_batch'] = []   # no names
         if kwargs.get('wgts') is not None: raise ValueError("StreamDataLoader cannot sample by weight (wgts)")
         if int(window) < 1: raise ValueError(f"window must be a positive number of pieces, got {window!r}")
         self.window, self.seed, self.shard, self.epoch = int(window), seed, shard, 0
@@ -232,7 +233,7 @@ class StreamDataLoader(BatchDataLoader):
         return n // self.bs if self.drop_last else -(-n // self.bs)
 
     def get_idxs(self):
-        "The row order of an epoch: in order without shuffling (and without sharding); a shuffled order is drawn as it streams."
+        "An epoch's row order: in order without shuffling (or sharding); a shuffled order is only drawn as it streams."
         if self.shuffle or self._sharded()[1] > 1:
             raise NotImplementedError("a shuffled or sharded StreamDataLoader draws its row order as it streams")
         return torch.arange(len(self.chunks))
@@ -296,7 +297,7 @@ class StreamDataLoader(BatchDataLoader):
         if 'get_idxs' in self.__dict__:   # fastai's get_preds(reorder=True) pins the order get_idxs gave: in order
             idxs = torch.as_tensor(self.get_idxs())
             if self.shuffle or not torch.equal(idxs, torch.arange(len(idxs))) or len(idxs) != len(self.chunks):
-                raise NotImplementedError("a StreamDataLoader reads its rows in its own order: get_idxs cannot change it")
+                raise NotImplementedError("a StreamDataLoader reads rows in its own order: get_idxs cannot change it")
         slices = self._slices()
         self.epoch += 1
         reader = _Prefetch(self.chunks, slices, self.device or 'cpu')

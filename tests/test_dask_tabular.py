@@ -79,7 +79,8 @@ def test_packed_rows_are_in_memorys(built):
                     y_names='label', splits=ColSplitter('is_valid')(mem))
     _same_state(to, tg)
     rows = tg.packed_rows()[0]
-    assert torch.equal(to.train.packed_rows()[0], rows[:tg.split]) and torch.equal(to.valid.packed_rows()[0], rows[tg.split:])
+    assert torch.equal(to.train.packed_rows()[0], rows[:tg.split])
+    assert torch.equal(to.valid.packed_rows()[0], rows[tg.split:])
     assert [c.layout for c in to.chunks] == [tg.packed_rows()[1]] * 2
 
 def test_arrow_strings_and_partitions():
@@ -87,8 +88,8 @@ def test_arrow_strings_and_partitions():
     df = _frame(1500, seed=1)
     to, tp, _ = _both(df, npartitions=7)
     _same_state(to, tp)
-    to = TabularGPU(dd.from_pandas(df.drop(columns='is_valid'), npartitions=1), procs=[Categorify, FillMissing, Normalize],
-                    cat_names=list(CATS), cont_names=list(CONTS), y_names='label')
+    to = TabularGPU(dd.from_pandas(df.drop(columns='is_valid'), npartitions=1), cat_names=list(CATS),
+                    procs=[Categorify, FillMissing, Normalize], cont_names=list(CONTS), y_names='label')
     assert len(to.valid) == 0 and len(to.train) == len(df) and len(to.chunks[1]) == 0
 
 @pytest.mark.parametrize('fill', [FillStrategy.mode, FillStrategy.constant])
@@ -141,7 +142,8 @@ def test_multi_hot():
     _same_state(to, tg)
     assert to.bag_widths == tg.bag_widths == {'tags': 3, 'csv': 3}
     rows = tg.packed_rows()[0]
-    assert torch.equal(to.train.packed_rows()[0], rows[:tg.split]) and torch.equal(to.valid.packed_rows()[0], rows[tg.split:])
+    assert torch.equal(to.train.packed_rows()[0], rows[:tg.split])
+    assert torch.equal(to.valid.packed_rows()[0], rows[tg.split:])
 
 def test_test_dl_predict_export(built, tmp_path):
     "A pandas test frame through the Dask-built object gives the in-memory object's batches; predict; export loads."

@@ -93,7 +93,8 @@ def test_rank_slices():
 _DDP = '''
 import json, os, sys, torch, torch.distributed as dist
 from fastai_gpu_tabular.stream import PackedChunks, StreamDataLoader
-dist.init_process_group('gloo', init_method=f"tcp://127.0.0.1:{os.environ['PORT']}", rank=int(sys.argv[1]), world_size=2)
+dist.init_process_group('gloo', init_method=f"tcp://127.0.0.1:{os.environ['PORT']}", rank=int(sys.argv[1]),
+                        world_size=2)
 dl = StreamDataLoader(PackedChunks(sys.argv[2]), bs=100, shuffle=True, window=3, piece_rows=250, drop_last=True)
 res = []
 for _ in range(2):
@@ -136,12 +137,14 @@ def write(path, n, parts, seed):
     os.makedirs(path, exist_ok=True)
     rng, size, m = np.random.default_rng(seed), 0, n // parts
     for p in range(parts):
-        df = pd.DataFrame({f'c{j}': np.char.mod('v%06d', rng.integers(0, 50 * (j + 1), m)).astype(object) for j in range(8)})
+        df = pd.DataFrame({f'c{j}': np.char.mod('v%06d', rng.integers(0, 50 * (j + 1), m)).astype(object)
+                           for j in range(8)})
         for j in range(4):
             x = rng.lognormal(0, 1, m).astype(np.float32)
             x[rng.random(m) < 0.2] = np.nan
             df[f'x{j}'] = x
-        df['rid'], df['y'], df['is_valid'] = np.arange(p * m, (p + 1) * m, dtype=np.float32), rng.integers(0, 2, m).astype(np.int8), rng.random(m) < 0.1
+        df['rid'] = np.arange(p * m, (p + 1) * m, dtype=np.float32)   # the row's id, to check each is seen once
+        df['y'], df['is_valid'] = rng.integers(0, 2, m).astype(np.int8), rng.random(m) < 0.1
         size += int(df.memory_usage(deep=True).sum())
         pq.write_table(pa.Table.from_pandas(df, preserve_index=False), f'{path}/part{p:03d}.parquet')
     return size
@@ -161,9 +164,9 @@ class Seen(Callback):
 
 def run(src, loader_budget):
     with dask.config.set(scheduler='sync', **{'dataframe.convert-string': False}):
-        to = TabularGPU(dd.read_parquet(src), procs=[Categorify, FillMissing, Normalize], cat_names=[f'c{j}' for j in range(8)],
-                        cont_names=[f'x{j}' for j in range(4)] + ['rid'], y_names='y', y_block=CategoryBlock(),
-                        splits='is_valid', chunk_dir=src + '_chunks')
+        to = TabularGPU(dd.read_parquet(src), procs=[Categorify, FillMissing, Normalize],
+                        cat_names=[f'c{j}' for j in range(8)], cont_names=[f'x{j}' for j in range(4)] + ['rid'],
+                        y_names='y', y_block=CategoryBlock(), splits='is_valid', chunk_dir=src + '_chunks')
     dls = to.dataloaders(bs=2048, memory_budget=loader_budget, drop_last=False)
     learn = tabular_learner(dls, layers=[16], emb_szs={f'c{j}': 4 for j in range(8)}, cbs=Seen())
     learn.fit(1)
@@ -178,7 +181,8 @@ to, dls, ids, loss = run(data + '/big', budget // 4)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
 ids = ids.numpy()
 want = pd.read_parquet(data + '/big', columns=['rid', 'is_valid']).query('~is_valid').rid.to_numpy().astype(np.int64)
-print(json.dumps(dict(peak=peak, same=bool(np.array_equal(np.sort(ids), np.sort(want))), frame=frame, packed=sum(c.nbytes for c in to.chunks), stream=type(dls.train).__name__,
+print(json.dumps(dict(peak=peak, same=bool(np.array_equal(np.sort(ids), np.sort(want))), frame=frame,
+                      packed=sum(c.nbytes for c in to.chunks), stream=type(dls.train).__name__,
                       distinct=len(np.unique(ids)), seen=len(ids), train=len(to.train), loss=loss, s=time.time() - t0)))
 '''
 
@@ -194,8 +198,8 @@ def test_out_of_core(tmp_path):
     (tmp_path/'ooc.py').write_text(_OUT_OF_CORE)
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MALLOC_ARENA_MAX': '2', 'MALLOC_MMAP_THRESHOLD_': '65536',
            'ARROW_DEFAULT_MEMORY_POOL': 'system'}
-    p = subprocess.run([sys.executable, str(tmp_path/'ooc.py'), str(tmp_path), str(budget), str(n), str(parts)], env=env,
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run([sys.executable, str(tmp_path/'ooc.py'), str(tmp_path), str(budget), str(n), str(parts)],
+                       env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
     assert r['stream'] == 'StreamDataLoader' and r['frame'] > 4 * budget and r['packed'] > budget

@@ -21,12 +21,12 @@ def add_args(g):
     a('--part-rows', type=int, default=250_000, help='rows per parquet part (one Dask partition each)')
     a('--dask-scheduler', default='threads', help="threads, sync, processes, or a scheduler's address")
     a('--window', type=int, default=8, help='pieces in the stream\'s shuffle window')
-    a('--piece-rows', type=int, default=None, help='rows the stream reads at a time (default: 1%% of the training rows, '
-      'so that the window holds a small share of them, as it would of data bigger than memory)')
+    a('--piece-rows', type=int, default=None, help='rows the stream reads at a time (default: 1%% of the training '
+      'rows, so that the window holds a small share of them, as it would of data bigger than memory)')
     a('--max-ram-frac', type=float, default=0.7, help='skip an in-memory ETL whose estimated peak (its peak at a '
       'smaller size, scaled by rows) exceeds this fraction of the RAM available')
 
-# --- one ETL (runs in its own process) ----------------------------------------------------------------------------------
+# --- one ETL (runs in its own process) ------------------------------------------------------------------------------
 def _digest(to) -> str:
     "A hash of the learned state (vocabularies, fill values, means, stds), exact to the bit."
     import hashlib
@@ -65,7 +65,8 @@ def etl_worker(name, data, out, opts):
             ddf = dd.read_parquet(data)
             res['partitions'] = ddf.npartitions
             to = TabularGPU(ddf, splits='is_valid', chunk_dir=opts['chunk_dir'], **kw())
-        res.update(build_s=round(time.perf_counter() - t0, 2), load_s=0., packed_mb=round(sum(c.nbytes for c in to.chunks) / MB, 1))
+        res.update(build_s=round(time.perf_counter() - t0, 2), load_s=0.,
+                   packed_mb=round(sum(c.nbytes for c in to.chunks) / MB, 1))
     else:
         import pandas as pd
         df = pd.read_parquet(data)
@@ -105,15 +106,15 @@ def _loaders(chunks, opts, device) -> dict:
     res = {}
     for bs in opts.bs:
         if bs > len(chunks): continue
-        dls = {'stream': StreamDataLoader(chunks, bs=bs, shuffle=True, window=opts.window, piece_rows=_piece(chunks, opts),
-                                          device=device),
+        dls = {'stream': StreamDataLoader(chunks, bs=bs, shuffle=True, window=opts.window,
+                                          piece_rows=_piece(chunks, opts), device=device),
                'resident': BatchDataLoader(chunks, bs=bs, shuffle=True, after_batch=[], indexed=True, device=device)}
         res[str(bs)] = {k: time_loader(dl, opts.epochs_loader, opts.warmup_epochs, opts.max_loader_s, device, opts.stat)
                         for k,dl in dls.items()}
         res[str(bs)]['piece_rows'] = dls['stream'].piece_rows
     return res
 
-# --- shuffle quality ---------------------------------------------------------------------------------------------------
+# --- shuffle quality -----------------------------------------------------------------------------------------------
 def _positions(dl):
     import torch
     return torch.cat([b[0][:, 0].long().cpu() for b in dl])
@@ -145,7 +146,8 @@ def _sorted_copy(chunks, path):
     y = rows[:, a:b].view(dt)[:, 0]
     rows = rows[torch.argsort(y, stable=True)]
     Path(path).mkdir(parents=True, exist_ok=True)
-    files = [(f, PackedChunks.write_rows(path, f, rows[s:e])) for f,s,e in zip(chunks.files, chunks.starts[:-1], chunks.starts[1:])]
+    files = [(f, PackedChunks.write_rows(path, f, rows[s:e]))
+             for f,s,e in zip(chunks.files, chunks.starts[:-1], chunks.starts[1:])]
     return PackedChunks.write(path, files, chunks.layout, chunks.width), int((y == 0).sum())
 
 def _positions_store(chunks, path):
@@ -153,7 +155,8 @@ def _positions_store(chunks, path):
     import torch
     from ..stream import PackedChunks
     Path(path).mkdir(parents=True, exist_ok=True)
-    files = [(f, PackedChunks.write_rows(path, f, torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)))
+    rows = lambda s, e: torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)
+    files = [(f, PackedChunks.write_rows(path, f, rows(s, e)))
              for f,s,e in zip(chunks.files, chunks.starts[:-1], chunks.starts[1:])]
     return PackedChunks.write(path, files, ((0, 1, torch.int32), (1, 2, torch.float32)), 2)
 
@@ -187,13 +190,15 @@ def _shuffle(work, train, valid, cards, n_cont, opts, device) -> dict:
     bs = opts.train_bs or 32768
     def kinds(store):
         kw = dict(bs=bs, drop_last=False, device=device)
-        return {'window': StreamDataLoader(store, shuffle=True, window=opts.window, piece_rows=_piece(store, opts), **kw),
+        return {'window': StreamDataLoader(store, shuffle=True, window=opts.window, piece_rows=_piece(store, opts),
+                                           **kw),
                 'full_permutation': BatchDataLoader(store, shuffle=True, after_batch=[], indexed=True, **kw),
                 'in_order': StreamDataLoader(store, shuffle=False, **kw)}
     res = {k: shuffle_stats(_positions(dl), n0, bs) for k,dl in kinds(pos).items()}
     vdl = BatchDataLoader(valid, bs=bs, after_batch=[], indexed=True, device=device)
     for k,dl in kinds(srt).items(): res[k].update(_train_auc(dl, vdl, n_cont, cards, opts, device))
-    res.update(bs=bs, piece_rows=kinds(pos)['window'].piece_rows, window_pieces=opts.window, label_1_share=round(1 - n0 / len(srt), 4))
+    res.update(bs=bs, piece_rows=_piece(pos, opts), window_pieces=opts.window,
+               label_1_share=round(1 - n0 / len(srt), 4))
     return res
 
 # --- the suite -----------------------------------------------------------------------------------------------------
@@ -264,7 +269,8 @@ def format_table(res) -> str:
                 rows.append([f'{int(n):,}', k, e.get('status'), '-', '-', '-', '-', e.get('reason', '')[:60]]); continue
             rows.append([f'{int(n):,}', k, 'ok', fmt(e['load_s']), fmt(e['build_s']), fmt(e['total_s']),
                          f"{e['peak_rss_mb']:,.0f}", e['state'] + (' (same)' if r['same_state'] else '')])
-    out.append(table(['rows', 'ETL', 'status', 'read s', 'build+pack s', 'total s', 'peak RSS MB', 'state digest'], rows))
+    out.append(table(['rows', 'ETL', 'status', 'read s', 'build+pack s', 'total s', 'peak RSS MB', 'state digest'],
+                     rows))
     for n,r in res['sizes'].items():
         for k,v in r.get('ratios', {}).items():
             out.append(f"{int(n):,} rows, {k}: {fmt(v['total_speedup'], 'x')} faster end to end, peak RSS "
