@@ -71,7 +71,7 @@ class TabularDask(TabularGPU):
         # the name checks on Dask's stand-in partition (`len` of the real frame would read it all)
         self._check_names(df._meta_nonempty, cat_names, cont_names, y_names, do_setup)
         self.split_col, self.split_on = _split_spec(splits, list(df.columns))
-        bad = [getattr(p, '__name__', type(p).__name__) for p in L(procs)
+        bad = [getattr(p, '__name__', type(p).__name__) for p in (procs.fs if isinstance(procs, Pipeline) else L(procs))
                if not issubclass(p if isinstance(p, type) else type(p), _PROCS)]
         if bad: raise TypeError(f"proc(s) {bad} have no Dask implementation: TabularDask runs Categorify, FillMissing, "
                                 "Normalize and the target procs")

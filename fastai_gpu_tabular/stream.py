@@ -131,6 +131,8 @@ class _Prefetch:
     to the device on a side CUDA stream (the consumer's stream waits for that copy's event); on the CPU into tensors."""
     def __init__(self, chunks:PackedChunks, slices:list, device):
         self.chunks, self.slices, self.device = chunks, slices, torch.device(device)
+        if self.device.type == 'cuda' and self.device.index is None:   # the thread must name it
+            self.device = torch.device('cuda', torch.cuda.current_device())
         self.q, self.stop = queue.Queue(maxsize=1), threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()

@@ -159,6 +159,13 @@ def test_test_dl_predict_export(built, tmp_path):
     learn.fit(1)
     row, cls, probs = learn.predict(mem.iloc[0])
     assert cls.item() in (0, 1) and probs.shape == (2,)
+    # the same model through streamed loaders: predictions in the same (chunk) order, batches shown decoded
+    sdls = to.dataloaders(bs=64, stream=True, piece_rows=200)
+    assert type(sdls.valid).__name__ == 'StreamDataLoader'
+    assert torch.equal(learn.get_preds(dl=sdls.valid)[0], learn.get_preds(dl=dls.valid)[0])
+    sdls.show_batch(max_n=3)
+    # a Dask test frame is processed into chunks of its own, and gives the same batches as the pandas one
+    for x, y in zip(dls.test_dl(dd.from_pandas(new, npartitions=2)), a): assert all(torch.equal(u, v) for u, v in zip(x, y))
     learn.export(tmp_path/'m.pkl')
     assert b'dask' not in (tmp_path/'m.pkl').read_bytes()   # nothing of Dask (or the chunks) in the exported learner
     back = load_learner(tmp_path/'m.pkl', cpu=True)
