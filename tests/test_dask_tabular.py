@@ -154,7 +154,7 @@ def test_test_dl_predict_export(built, tmp_path):
     new = mem.iloc[:300].drop(columns='label')
     dls, mdls = to.dataloaders(bs=64), tg.dataloaders(bs=64)
     a, b = dls.test_dl(new), mdls.test_dl(new)
-    for x, y in zip(a, b): assert all(torch.equal(u, v) for u, v in zip(x, y))
+    assert len(a) == len(b) == 5 and all(torch.equal(u, v) for x, y in zip(a, b) for u, v in zip(x, y))
     learn = tabular_learner(dls, layers=[8])
     learn.fit(1)
     row, cls, probs = learn.predict(mem.iloc[0])
@@ -165,7 +165,8 @@ def test_test_dl_predict_export(built, tmp_path):
     assert torch.equal(learn.get_preds(dl=sdls.valid)[0], learn.get_preds(dl=dls.valid)[0])
     sdls.show_batch(max_n=3)
     # a Dask test frame is processed into chunks of its own, and gives the same batches as the pandas one
-    for x, y in zip(dls.test_dl(dd.from_pandas(new, npartitions=2)), a): assert all(torch.equal(u, v) for u, v in zip(x, y))
+    xs, ys = list(dls.test_dl(dd.from_pandas(new, npartitions=2))), list(a)
+    assert len(xs) == len(ys) and all(torch.equal(u, v) for x, y in zip(xs, ys) for u, v in zip(x, y))
     learn.export(tmp_path/'m.pkl')
     assert b'dask' not in (tmp_path/'m.pkl').read_bytes()   # nothing of Dask (or the chunks) in the exported learner
     back = load_learner(tmp_path/'m.pkl', cpu=True)
