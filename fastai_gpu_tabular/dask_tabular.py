@@ -55,7 +55,7 @@ def _pack_partition(part, procs, path, i, split, on, names:dict):
     rows, layout = t._pack()
     name = f'part.{i:05d}.npy'
     if split is None: return layout, rows.shape[1], PackedChunks.write_rows(Path(path)/'train', name, rows), 0
-    v = col_to_tensor(valid_mask(part[split], on)).to(rows.device)
+    v = col_to_tensor(valid_mask(part[split], on).astype('int8')).to(rows.device).bool()   # DLPack may lack bool
     return (layout, rows.shape[1], PackedChunks.write_rows(Path(path)/'train', name, rows[~v]),
             PackedChunks.write_rows(Path(path)/'valid', name, rows[v]))
 
