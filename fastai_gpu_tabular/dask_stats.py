@@ -6,8 +6,7 @@ import numpy as np, pandas as pd
 
 from .backend import is_cudf, to_host
 
-__all__ = ['pairwise_sum', 'sum_nodes', 'SumPlan', 'exact_moments', 'exact_median', 'exact_mode',
-           'quantile_from_counts', 'compute']
+__all__ = ['pairwise_sum', 'SumPlan', 'exact_moments', 'exact_median', 'exact_mode', 'quantile_from_counts']
 
 def compute(*tasks):
     "Compute Dask collections or delayed objects together on the active scheduler (a distributed Client if any)."

@@ -11,7 +11,7 @@ from fastcore.meta import delegates
 
 from .loader import BatchDataLoader, unpack_rows
 
-__all__ = ['PackedChunks', 'StreamDataLoader', 'free_memory', 'world']
+__all__ = ['PackedChunks', 'StreamDataLoader', 'free_memory', 'rank_and_world']
 
 def free_memory(device, frac:float=0.5) -> int:
     "`frac` of the memory free now on `device` (the GPU's, or the host's RAM for the CPU), in bytes."
@@ -28,7 +28,7 @@ def _bytes(b) -> int|None:
     from dask.utils import parse_bytes
     return parse_bytes(b)
 
-def world() -> tuple:
+def rank_and_world() -> tuple:
     "`(rank, world_size)` of torch.distributed when it is initialised, else `(0, 1)`."
     d = torch.distributed
     return (d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else (0, 1)
@@ -224,7 +224,7 @@ class StreamDataLoader(BatchDataLoader):
     def rows(self): raise AttributeError("a StreamDataLoader holds no packed rows: they stream from its chunks")
 
     def _sharded(self) -> tuple:
-        return world() if (self.shuffle if self.shard is None else self.shard) else (0, 1)
+        return rank_and_world() if (self.shuffle if self.shard is None else self.shard) else (0, 1)
 
     def _rows_here(self) -> int:
         rank, ws = self._sharded()
