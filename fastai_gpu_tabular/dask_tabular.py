@@ -237,7 +237,7 @@ class TabularDask(TabularGPU):
     def dataloaders(self, bs=64, shuffle=True, val_bs=None, device=None, drop_last=None, path='.',
                     memory_budget=None, # bytes (or '4GB') the packed rows may take on `device` (default: half free)
                     stream:bool|None=None, # streaming (True) or the resident loader (False); default: by the budget
-                    window:int=8, piece_rows:int|None=None, seed:int|None=None, **kwargs):
+                    window:int=32, piece_rows:int|None=None, seed:int|None=None, **kwargs):
         """`BatchDataLoaders`: resident `BatchDataLoader`s when the packed rows fit in `memory_budget`, otherwise
         `StreamDataLoader`s reading the chunks (the budget then bounds their window and read-ahead)."""
         device = torch.device(default_device() if device is None else device)

@@ -193,7 +193,7 @@ class StreamDataLoader(BatchDataLoader):
     shards_by_rank = True   # a distributed wrapper must not wrap this loader: it already takes its rank's share
 
     def __init__(self, dataset, bs=64, shuffle=False,
-                 window:int=8, # pieces shuffled together on the device
+                 window:int=32, # pieces shuffled together on the device: the more, the better mixed
                  piece_rows:int|None=None, # rows read at a time (default: from `memory_budget`)
                  memory_budget:int|str|None=None, # bytes the window and read-ahead may take (default: 1/4 of free)
                  seed:int|None=None, # seed of the piece order (default: drawn from torch's generator each epoch)
@@ -281,19 +281,22 @@ class StreamDataLoader(BatchDataLoader):
         yield buf[torch.randperm(len(buf), device=dev)]
 
     def _batches(self, runs):
-        "Runs of rows cut into batches of `bs` (slices of the runs; a batch across two runs is joined)."
-        carry = None
+        "Runs of rows cut into batches of `bs`: slices of a run, or the pieces of several runs joined once."
+        parts, have = [], 0
         for r in runs:
-            if carry is not None:
-                k = min(self.bs - len(carry), len(r))
-                carry, r = torch.cat([carry, r[:k]]), r[k:]
-                if len(carry) < self.bs: continue
-                yield carry
-                carry = None
-            full = len(r) - len(r) % self.bs
-            for i in range(0, full, self.bs): yield r[i:i + self.bs]
-            if full < len(r): carry = r[full:]
-        if carry is not None and not self.drop_last: yield carry
+            while len(r):
+                if not parts and len(r) >= self.bs:   # whole batches inside the run: views, no copy
+                    full = len(r) - len(r) % self.bs
+                    for i in range(0, full, self.bs): yield r[i:i + self.bs]
+                    r = r[full:]
+                    continue
+                k = min(self.bs - have, len(r))
+                parts.append(r[:k])
+                have, r = have + k, r[k:]
+                if have == self.bs:
+                    yield torch.cat(parts)
+                    parts, have = [], 0
+        if parts and not self.drop_last: yield torch.cat(parts)
 
     def _stream(self):
         if 'get_idxs' in self.__dict__:   # fastai's get_preds(reorder=True) pins the order get_idxs gave: in order

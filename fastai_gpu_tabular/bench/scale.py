@@ -17,10 +17,13 @@ def add_args(g):
     a = g.add_argument
     a('--scale-rows', type=lambda s: [int(float(x)) for x in s.split(',')], default=[1_000_000, 10_000_000],
       help='row counts of the scale suite (default 1M,10M; --rows N runs N alone)')
-    a('--scale-etls', type=lambda s: s.split(','), default=list(ETLS), help=f'a subset of {",".join(ETLS)}')
+    a('--scale-etls', type=lambda s: [e for e in s.split(',') if e], default=list(ETLS),
+      help=f'a subset of {",".join(ETLS)} (none: the loaders on chunks a run left)')
     a('--part-rows', type=int, default=250_000, help='rows per parquet part (one Dask partition each)')
     a('--dask-scheduler', default='threads', help="threads, sync, processes, or a scheduler's address")
-    a('--window', type=int, default=8, help='pieces in the stream\'s shuffle window')
+    a('--windows', type=lambda s: [int(x) for x in s.split(',')], default=[8, 32, 128],
+      help="pieces in the stream's shuffle window: the shuffle is measured for each (the same rows in the window: "
+      "smaller pieces for more of them); the loader's rows/s for the middle one")
     a('--piece-rows', type=int, default=None, help='rows the stream reads at a time (default: 1%% of the training '
       'rows, so that the window holds a small share of them, as it would of data bigger than memory)')
     a('--max-ram-frac', type=float, default=0.7, help='skip an in-memory ETL whose estimated peak (its peak at a '
@@ -96,7 +99,12 @@ def _available_mb():
         if line.startswith('MemAvailable:'): return int(line.split()[1]) / 1024
     return None
 
-def _piece(chunks, opts): return opts.piece_rows or max(len(chunks) // 100, 4096)
+def _window(opts): return sorted(opts.windows)[len(opts.windows) // 2]
+
+def _piece(chunks, opts, window=None):
+    "Rows a piece: `--piece-rows`, or such that the window holds 8% of the rows (a small share, as of data bigger "
+    "than memory) whatever its number of pieces."
+    return opts.piece_rows or max(len(chunks) * 8 // (100 * (window or _window(opts))), 1024)
 
 # --- the loader, streaming or resident ------------------------------------------------------------------------------
 def _loaders(chunks, opts, device) -> dict:
@@ -106,7 +114,7 @@ def _loaders(chunks, opts, device) -> dict:
     res = {}
     for bs in opts.bs:
         if bs > len(chunks): continue
-        dls = {'stream': StreamDataLoader(chunks, bs=bs, shuffle=True, window=opts.window,
+        dls = {'stream': StreamDataLoader(chunks, bs=bs, shuffle=True, window=_window(opts),
                                           piece_rows=_piece(chunks, opts), device=device),
                'resident': BatchDataLoader(chunks, bs=bs, shuffle=True, after_batch=[], indexed=True, device=device)}
         res[str(bs)] = {k: time_loader(dl, opts.epochs_loader, opts.warmup_epochs, opts.max_loader_s, device, opts.stat)
@@ -182,24 +190,24 @@ def _train_auc(train_dl, valid, n_cont, cards, opts, device) -> dict:
                 train_s=round(s, 1), train_loss=round(loss, 4))
 
 def _shuffle(work, train, valid, cards, n_cont, opts, device) -> dict:
-    "The window stream against a full permutation and no shuffle, on the label-sorted training rows."
+    """Window streams (each window the same 8% of the rows, in `--windows` pieces) against a full permutation and no
+    shuffle, on the label-sorted training rows: the row-order statistics, and the AUC after one epoch."""
     from ..loader import BatchDataLoader
     from ..stream import StreamDataLoader
     srt, n0 = _sorted_copy(train, work/'sorted')
     pos = _positions_store(train, work/'positions')
     bs = opts.train_bs or 32768
-    def kinds(store):
+    def orders(store):
         kw = dict(bs=bs, drop_last=False, device=device)
-        return {'window': StreamDataLoader(store, shuffle=True, window=opts.window, piece_rows=_piece(store, opts),
-                                           **kw),
-                'full_permutation': BatchDataLoader(store, shuffle=True, after_batch=[], indexed=True, **kw),
-                'in_order': StreamDataLoader(store, shuffle=False, **kw)}
-    res = {k: shuffle_stats(_positions(dl), n0, bs) for k,dl in kinds(pos).items()}
+        return {**{f'window {w} x {_piece(store, opts, w):,} rows': StreamDataLoader(store, shuffle=True, window=w,
+                                                                      piece_rows=_piece(store, opts, w), **kw)
+                   for w in sorted(opts.windows)},
+                'full permutation': BatchDataLoader(store, shuffle=True, after_batch=[], indexed=True, **kw),
+                'in order': StreamDataLoader(store, shuffle=False, **kw)}
+    res = {k: shuffle_stats(_positions(dl), n0, bs) for k,dl in orders(pos).items()}
     vdl = BatchDataLoader(valid, bs=bs, after_batch=[], indexed=True, device=device)
-    for k,dl in kinds(srt).items(): res[k].update(_train_auc(dl, vdl, n_cont, cards, opts, device))
-    res.update(bs=bs, piece_rows=_piece(pos, opts), window_pieces=opts.window,
-               label_1_share=round(1 - n0 / len(srt), 4))
-    return res
+    for k,dl in orders(srt).items(): res[k].update(_train_auc(dl, vdl, n_cont, cards, opts, device))
+    return dict(orders=res, bs=bs, label_1_share=round(1 - n0 / len(srt), 4))
 
 # --- the suite -----------------------------------------------------------------------------------------------------
 def scale_suite(opts) -> dict:
@@ -282,9 +290,7 @@ def format_table(res) -> str:
         out.append(table(['bs', 'stream rows/s', 'resident rows/s', 'stream/resident', 'piece rows'], rows))
     if 'shuffle' in res:
         s = res['shuffle']
-        rows = [[k, s[k]['neighbour_gap'], s[k]['moved'], s[k]['batch_label_std'], s[k]['valid_auc']]
-                for k in ('window', 'full_permutation', 'in_order')]
-        out.append(f"shuffle, label-sorted training rows ({s['rows']:,}, bs {s['bs']:,}, window {s['window_pieces']} x "
-                   f"{s['piece_rows']:,} rows):")
+        rows = [[k, v['neighbour_gap'], v['moved'], v['batch_label_std'], v['valid_auc']] for k,v in s['orders'].items()]
+        out.append(f"shuffle, label-sorted training rows ({s['rows']:,}, bs {s['bs']:,}):")
         out.append(table(['order', 'neighbour gap', 'moved', 'batch label std', 'valid AUC after 1 epoch'], rows))
     return '\n\n'.join(out)
