@@ -13,3 +13,6 @@ from .data import *
 from .export import *
 from .keras_loader import *
 from .distributed import *
+from .stream import *
+from .dask_stats import *
+from .dask_tabular import *

@@ -8,7 +8,7 @@ __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
            'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'codes_dtype', 'encode_codes',
            'mode_value', 'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings',
-           'split_lists', 'explode_lists', 'pad_bags']
+           'split_lists', 'explode_lists', 'pad_bags', 'is_dask']
 
 # cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.
 @functools.cache
@@ -44,6 +44,10 @@ def is_cudf(o) -> bool:
     "Whether `o` is a cuDF object; checks the type's module, so it never imports cuDF."
     return type(o).__module__.split('.')[0] == 'cudf'
 
+def is_dask(o) -> bool:
+    "Whether `o` is a Dask collection (dask.dataframe, or dask-cudf's); checks the type's module, so it never imports Dask."
+    return type(o).__module__.split('.')[0] in ('dask', 'dask_cudf', 'dask_expr')
+
 def _not_a_frame(o) -> TypeError:
     "The error for `o`, which is not a frame: its type, and how to turn it into one."
     t = type(o)
@@ -51,22 +55,24 @@ def _not_a_frame(o) -> TypeError:
     if isinstance(o, dict): how = "build one with pd.DataFrame(your_dict)"
     elif isinstance(o, (np.ndarray, list, tuple)):
         how = "build one with pd.DataFrame(values, columns=[...]), naming the columns"
-    elif t.__module__.split('.')[0] in ('dask', 'dask_cudf', 'dask_expr'): how = "call .compute() on it first"
+    elif is_dask(o): how = "convert it with .to_dask_dataframe()"
     elif hasattr(o, 'to_pandas'): how = "convert it with .to_pandas()"
     else: how = "load the data into one"
-    return TypeError(f"Expected a pandas or cuDF DataFrame, got {name}: {how}")
+    return TypeError(f"Expected a pandas, cuDF or Dask DataFrame, got {name}: {how}")
 
 def backend_of(df) -> str:
-    """'cudf' or 'pandas', from the type of `df` (a DataFrame or Series). The one place that decides which types are
-    accepted: anything else is a TypeError that names them and says how to convert."""
-    if is_cudf(df): return 'cudf'
-    if isinstance(df, (pd.DataFrame, pd.Series)): return 'pandas'
+    """'cudf' or 'pandas', from the type of `df` (a DataFrame or Series; for a Dask one, its partitions'). The one place
+    that decides which types are accepted: anything else is a TypeError that names them and says how to convert."""
+    meta = getattr(df, '_meta', None) if is_dask(df) else df   # a Dask frame: its partitions' type
+    if is_cudf(meta): return 'cudf'
+    if isinstance(meta, (pd.DataFrame, pd.Series)): return 'pandas'
     raise _not_a_frame(df)
 
 def to_backend(df, backend:str|None=None):
     "Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own. Anything but a frame is a TypeError."
     own = backend_of(df)
     if backend is None or backend == own: return df
+    if is_dask(df) and backend in ('cudf', 'pandas'): return df.to_backend(backend)   # dask-cudf for 'cudf'
     if backend == 'cudf': return require_cudf().from_pandas(df)
     if backend == 'pandas': return df.to_pandas()
     raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")
@@ -173,7 +179,7 @@ def sorted_uniques(col) -> list:
     u = u[~pd.isna(u)]
     if u.dtype != object: return list(np.sort(u))
     try: return sorted(u)
-    except TypeError as e:
+    except TypeError:
         kinds = sorted({type(o).__name__ for o in u})
         raise TypeError(f"column {col.name!r} mixes value types {kinds}: cast it to one type first") from None
 

@@ -16,8 +16,8 @@ from fastai.tabular.core import FillMissing, Tabular
 from fastai.torch_core import display_df
 
 from .backend import (backend_of, col_to_tensor, encode_codes, explode_lists, frame_device, frame_of_tensors,
-                      gather_columns, is_cudf, is_list_dtype, is_numeric_dtype, is_str_dtype, holds_strings, pad_bags,
-                      shrink_dtypes, split_lists, to_backend, to_category, to_pandas)
+                      gather_columns, is_cudf, is_dask, is_list_dtype, is_numeric_dtype, is_str_dtype, holds_strings,
+                      pad_bags, shrink_dtypes, split_lists, to_backend, to_category, to_pandas)
 from .loader import BatchDataLoader, BatchDataLoaders, unpack_rows
 from .procs import fill_nan_check, register_procs
 
@@ -45,6 +45,13 @@ def _n_inf(col) -> int:
     if not is_cudf(col) and isinstance(col.dtype, np.dtype): return int(np.isinf(col.to_numpy()).sum())
     return int((col.abs() == np.inf).sum())   # cuDF, and pandas' nullable floats
 
+def _check_inf(counts:dict):
+    "A ValueError naming the continuous columns that hold +-inf (`counts`: {name: rows}), which Normalize turns to NaN."
+    inf = ", ".join(f"{n!r} in {k} row(s)" for n,k in counts.items() if k)
+    if inf: raise ValueError(f"continuous column(s) hold +-inf: {inf}. Replace them with NaN, e.g. "
+                             "df[col].replace([np.inf, -np.inf], np.nan), for FillMissing to fill them (and flag "
+                             "them in `<col>_na`), or clip them to finite values")
+
 class _TabIloc(fatc._TabIloc):
     "fastai's `to.iloc[rows, cols]` (cols by name), handing `new` a frame, a row or a value, as fastai's does."
     def __getitem__(self, idxs):
@@ -62,6 +69,13 @@ class _TabIloc(fatc._TabIloc):
 
 class TabularGPU(Tabular):
     "A `Tabular` over a cuDF or pandas frame: fastai's procs run on the frame's own device, batches come from packed tensors"
+    def __new__(cls, df=None, *args, **kwargs):
+        "A Dask frame gives a `TabularDask` (dask_tabular.py): learned over its partitions, packed into chunks on disk."
+        if cls is TabularGPU and is_dask(df):
+            from .dask_tabular import TabularDask
+            cls = TabularDask
+        return super().__new__(cls)
+
     def __init__(self, df, procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None, splits=None,
                  do_setup=True, device=None, inplace=False, reduce_memory=True,
                  backend:str|None=None, # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
@@ -202,20 +216,18 @@ class TabularGPU(Tabular):
     def _before_procs(self, setup=False):
         "Bad input fails here, naming the columns, before any proc runs; and the packed rows are about to go stale."
         self._check_columns(self.items, self.cat_names, self.cont_names, self.y_names, self.procs, setup)
-        inf = ", ".join(f"{n!r} in {k} row(s)" for n in self.cont_names if (k := _n_inf(self.items[n])))
-        if inf: raise ValueError(f"continuous column(s) hold +-inf: {inf}. Replace them with NaN, e.g. "
-                                 "df[col].replace([np.inf, -np.inf], np.nan), for FillMissing to fill them (and flag "
-                                 "them in `<col>_na`), or clip them to finite values")
+        _check_inf({n: _n_inf(self.items[n]) for n in self.cont_names})
         if not self._has(FillMissing): fill_nan_check(self, None)
-        self._check_na_names(setup)
+        self._check_na_names(setup, lambda c: self.items[c].iloc[:self.split].isna().any())
         self._stale()
 
-    def _check_na_names(self, setup):
-        "`<cont>_na` names in cat_names that are not columns yet: FillMissing must be about to make them."
+    def _check_na_names(self, setup, train_nan):
+        """`<cont>_na` names in cat_names that are not columns yet: FillMissing must be about to make them (at set-up:
+        `train_nan(col)` says whether the training rows of `col` hold NaN)."""
         fm = _fill_missing(self.procs)
         for n in [n for n in self.cat_names if n not in self.items.columns]:
             c = n[:-3]   # `_check_columns` let only `<cont>_na` names through, and only with such a FillMissing
-            made = self.items[c].iloc[:self.split].isna().any() if setup else c in getattr(fm, 'na_dict', {c: None})
+            made = train_nan(c) if setup else c in getattr(fm, 'na_dict', {c: None})
             if not made:
                 raise KeyError(f"cat_names has {n!r}, the column FillMissing adds for NaN in {c!r}, but {c!r} has no "
                                f"NaN in the training rows, so FillMissing makes no {n!r}: remove it from cat_names")

@@ -8,7 +8,7 @@ import numpy as np, pandas as pd
 from .backend import is_str_dtype, to_backend
 
 __all__ = ['datasets_path', 'load_flights', 'load_adult', 'load_movielens', 'load_movielens_100k', 'package_path',
-           'criteo_names', 'make_criteo', 'criteo_parquet', 'load_flights_3m']
+           'criteo_names', 'make_criteo', 'criteo_parquet', 'criteo_parts', 'load_flights_3m']
 
 def datasets_path() -> Path:
     "Where the shipped datasets live (see `datasets/README.md` there for their sources and licences)."
@@ -104,4 +104,44 @@ def criteo_parquet(path, n_rows:int, seed:int=0, max_card:int=1_000_000, row_gro
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         make_criteo(n_rows, seed, max_card).to_parquet(path, row_group_size=row_group_size)
+    return path
+
+def criteo_parts(path, n_rows:int, seed:int=0, part_rows:int=500_000, max_card:int=1_000_000,
+                 valid_pct:float=0.2) -> Path:
+    """A folder of parquet files of `part_rows` rows (one row group each: one Dask partition each) of Criteo-like rows,
+    written a part at a time, so that 10M+ rows never sit in memory, plus a seeded boolean `is_valid` column. The recipe
+    is `make_criteo`'s (columns, laws, label model); its world (vocabularies, value propensities, column laws) is drawn
+    once from `seed` and each part's rows from their own stream, so the rows are not `make_criteo(n_rows, seed)`'s.
+    Kept if the folder already holds these rows."""
+    import json
+    path, cats, conts, y = Path(path), *criteo_names()
+    spec = dict(n_rows=n_rows, seed=seed, part_rows=part_rows, max_card=max_card, valid_pct=valid_pct)
+    if (path/'_spec.json').exists() and json.loads((path/'_spec.json').read_text()) == spec: return path
+    path.mkdir(parents=True, exist_ok=True)
+    for f in path.glob('part.*.parquet'): f.unlink()
+    rng = np.random.default_rng(seed)
+    cards = np.geomspace(10, max_card, len(cats)).round().astype(np.int64)
+    laws = [(rng.uniform(0, 3), rng.uniform(0.8, 2.0), rng.normal(0, 0.6) if j < 6 else 0., rng.uniform(0.15, 0.40))
+            for j in range(len(conts))]
+    values = [(np.char.mod('%08x', rng.choice(2**32, size=card, replace=False)).astype(object),
+               rng.normal(0, 0.8, size=card) * (j % 2 + 0.5) if j % 3 == 0 else None, rng.uniform(0, 0.3))
+              for j,card in enumerate(cards)]
+    for i,start in enumerate(range(0, n_rows, part_rows)):
+        m, r = min(part_rows, n_rows - start), np.random.default_rng([seed, i + 1])
+        df, logit = {}, np.full(m, -1.6)
+        for name,(mu,sigma,coef,nan) in zip(conts, laws):
+            x = np.floor(r.lognormal(mean=mu, sigma=sigma, size=m))
+            if coef: logit += coef * (np.log1p(x) - np.log1p(x).mean()) / (np.log1p(x).std() + 1e-9)
+            x[r.random(m) < nan] = np.nan
+            df[name] = x
+        for name,card,(vocab,pull,nan) in zip(cats, cards, values):
+            k = _power_law(r, m, card)
+            if pull is not None: logit += pull[k]
+            col = vocab[k]
+            col[r.random(m) < nan] = None
+            df[name] = col
+        df = pd.DataFrame({y: (r.random(m) < 1 / (1 + np.exp(-logit))).astype(np.int8), **df,
+                           'is_valid': r.random(m) < valid_pct})
+        df.to_parquet(path/f'part.{i:05d}.parquet', row_group_size=part_rows)
+    (path/'_spec.json').write_text(json.dumps(spec))
     return path

@@ -9,7 +9,7 @@ from fastai.tabular.core import ReadTabBatch, TabDataLoader, Tabular
 from fastai.tabular.data import TabularDataLoaders
 from fastai.torch_core import to_np
 
-from .backend import backend_of, require_cudf
+from .backend import backend_of, is_dask, require_cudf
 
 __all__ = ['BatchDataLoader', 'BatchDataLoaders', 'ReadTabBatchGPU', 'unpack_rows']
 
@@ -131,6 +131,8 @@ class BatchDataLoaders(TabularDataLoaders):
                 valid_idx=None, backend=None, **kwargs):
         "Create `BatchDataLoaders` from a cuDF or pandas `df`, as `TabularDataLoaders.from_df`"
         backend_of(df)   # a TypeError that says which types are taken, before `df.columns` is read
+        if is_dask(df): raise TypeError("from_df splits by row positions, which a Dask frame cannot address: use "
+                                        "TabularGPU(ddf, ..., splits='is_valid').dataloaders(...) with a boolean column")
         cat_names = L(cat_names)
         if cont_names is None: cont_names = [c for c in df.columns if c not in set(cat_names) | set(L(y_names))]
         splits = RandomSplitter()(df) if valid_idx is None else IndexSplitter(valid_idx)(df)

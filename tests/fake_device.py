@@ -3,7 +3,7 @@ learners use when given no device) returns torch's `lazy` device: TorchScript la
 refuse to mix with CPU tensors as cuda tensors do. `torch.equal` across devices and `.numpy()` off the CPU raise, as
 with cuda. Lazy tensors have no sparse layout and no autocast: the tests named in `LAZY_CANNOT` skip."""
 import sys
-import pytest, torch
+import pytest
 
 __all__ = ['LAZY_CANNOT', 'use_fake_device']
 
@@ -12,7 +12,8 @@ LAZY_CANNOT = ('sparse', 'combined_state', 'bf16_autocast')
 def use_fake_device(name):
     "Make fastai's `default_device()` return `name` everywhere it was imported; `torch.equal`/`.numpy()` check devices."
     import fastai.torch_core as tc, fastai.learner, fastai.tabular.all
-    import fastai_gpu_tabular.all, fastai_gpu_tabular.__main__   # what imports default_device, before it is replaced
+    # what imports default_device, before it is replaced
+    import fastai_gpu_tabular.all, fastai_gpu_tabular.__main__  # noqa: F401
     if name != 'lazy': raise pytest.UsageError(f"FGT_FAKE_DEVICE={name!r}: only 'lazy' runs on a CPU")
     import torch._lazy.ts_backend
     torch._lazy.ts_backend.init()

@@ -2,7 +2,7 @@
 import numpy as np, pandas as pd, torch
 from fastai.tabular.all import TabularPandas, get_emb_sz
 from fastai_gpu_tabular.all import TabularGPU
-from fastai_gpu_tabular.backend import is_cudf, to_pandas
+from fastai_gpu_tabular.backend import to_pandas
 
 def build_both(df, backend='pandas', **kwargs):
     """The same frame and arguments through fastai's TabularPandas and our TabularGPU (on `backend`).

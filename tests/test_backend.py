@@ -1,6 +1,6 @@
 "backend.py: lazy cuDF, the frame ops that differ between backends, zero-copy columns to tensors."
 import subprocess, sys
-import numpy as np, pandas as pd, pytest, torch
+import numpy as np, pandas as pd, pytest
 from fastai_gpu_tabular import backend as B
 
 def test_import_is_lazy():
@@ -14,7 +14,7 @@ def test_import_is_lazy():
 def test_frame_type_is_read_without_importing_cudf():
     assert B.backend_of(pd.DataFrame({'a': [1]})) == 'pandas'
     assert not B.is_cudf(pd.Series([1.]))
-    with pytest.raises(TypeError, match='Expected a pandas or cuDF DataFrame, got dict'): B.backend_of({'a': [1]})
+    with pytest.raises(TypeError, match='Expected a pandas, cuDF or Dask DataFrame, got dict'): B.backend_of({'a': [1]})
     with pytest.raises(ValueError, match="backend must be 'pandas', 'cudf' or None"): B.to_backend(pd.DataFrame(), 'polars')
 
 def test_require_cudf_says_how(monkeypatch):

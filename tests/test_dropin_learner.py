@@ -1,6 +1,6 @@
 """TabularGPU/BatchDataLoaders as a drop-in, continued: what fastai's tabular.model and tabular.learner notebooks and
 its tabular tutorial show, on fastai's TabularPandas and on ours, compared (the same weights, the same predictions)."""
-import numpy as np, pandas as pd, pytest, torch
+import pytest, torch
 from fastai.data.transforms import Normalize, RandomSplitter
 from fastai.layers import SigmoidRange
 from fastai.learner import load_learner
@@ -10,7 +10,6 @@ from fastai.tabular.all import (Categorify, FillMissing, TabularDataLoaders, Tab
                                 tabular_config, set_seed)
 from fastai.tabular.learner import tabular_learner as fastai_tabular_learner
 from fastai_gpu_tabular.all import BatchDataLoaders, TabularGPU, TabularModelGPU, tabular_learner
-from fastai_gpu_tabular.backend import to_backend, to_pandas
 from parity import build_both
 from dropin import CATS, CONTS, adult, assert_same_values, capture_display
 

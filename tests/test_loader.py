@@ -1,7 +1,7 @@
 "BatchDataLoader: fastai's DataLoader contract, one true permutation an epoch, one gather a batch."
-import numpy as np, pandas as pd, pytest, torch
+import numpy as np, pytest, torch
 from scipy.stats import chisquare
-from fastai.tabular.all import Categorify, FillMissing, Normalize, TabDataLoader, TabularPandas, default_device
+from fastai.tabular.all import Categorify, FillMissing, TabDataLoader, TabularPandas, default_device
 from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
 from fastai_gpu_tabular.data import load_adult
 from parity import assert_same_batches

@@ -1,5 +1,5 @@
 "Multi-hot columns and frequency-capped vocabularies, on MovieLens."
-import numpy as np, pandas as pd, pytest, torch
+import numpy as np, pytest, torch
 from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
 from fastai_gpu_tabular.all import Categorify, TabularGPU
 from fastai_gpu_tabular.backend import to_backend, to_pandas

@@ -1,6 +1,6 @@
 """pandas 3: fastai 2.8's `TabularPandas` still processes its frame there, but its batches fail ('negative strides');
 `TabularGPU` processes the same frame the same way and trains. On pandas 2 both work, and the test checks the same."""
-import pandas as pd, pytest, torch
+import pandas as pd, pytest
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, range_of, set_seed
 from fastai_gpu_tabular.all import tabular_learner
 from fastai_gpu_tabular.data import load_flights

@@ -1,6 +1,6 @@
 "TabularGPU gives what fastai's TabularPandas gives, on real datasets, on every backend."
 from collections import defaultdict
-import numpy as np, pandas as pd, pytest
+import numpy as np, pytest
 from fastai.tabular.all import Categorify, FillMissing, FillStrategy, Normalize, RandomSplitter, TabularPandas, range_of
 from fastai_gpu_tabular.data import load_adult, load_flights, load_movielens, load_movielens_100k
 from fastai_gpu_tabular.all import TabularGPU

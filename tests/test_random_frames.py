@@ -4,7 +4,7 @@ import numpy as np, pandas as pd, pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from fastai.tabular.all import Categorify, FillMissing, Normalize, TabularPandas
 from fastai_gpu_tabular.all import TabularGPU
-from fastai_gpu_tabular.backend import to_backend, to_pandas
+from fastai_gpu_tabular.backend import to_pandas
 from parity import assert_same_processing, build_both
 
 CAT_KINDS = ['bool', 'bool_nan', 'int', 'int_nan', 'float', 'str', 'str_nan', 'category', 'all_nan', 'const']

@@ -1,10 +1,10 @@
 "RecSys model pieces on MovieLens: embedding bags, sparse tables with the combined optimizer, the fused lookup."
 import warnings
-import numpy as np, pandas as pd, pytest, torch
-from fastai.tabular.all import (Adam, Callback, FillMissing, MixedPrecision, Normalize, RandomSplitter,
+import numpy as np, pytest, torch
+from fastai.tabular.all import (Callback, FillMissing, MixedPrecision, Normalize, RandomSplitter,
                                 ShortEpochCallback, TabularModel, load_learner, range_of, set_seed)
 from fastai_gpu_tabular.all import (Categorify, Lamb, TabularGPU, TabularModelGPU, sparse_adam_step, sparse_columns,
-                                    sparse_opt, tabular_learner)
+                                    tabular_learner)
 from fastai_gpu_tabular.data import load_movielens
 
 @pytest.fixture(scope='module')

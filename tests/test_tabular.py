@@ -1,5 +1,5 @@
 "TabularGPU's Tabular surface: iloc, the cats/conts/ys properties and setters, show, decode; and the demo job."
-import numpy as np, pandas as pd, pytest, torch
+import pytest, torch
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, default_device, range_of
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import cudf_available, to_pandas

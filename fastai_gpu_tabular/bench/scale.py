@@ -1,0 +1,295 @@
+"""The `scale` suite: bigger than memory: fastai's TabularPandas, the in-memory TabularGPU and TabularGPU over Dask on
+the same parquet parts, the stream against the resident loader, and the stream's shuffle quality."""
+from __future__ import annotations
+
+import json, os, subprocess, sys, tempfile, time
+from pathlib import Path
+
+from .machine import MB, RSSMeter
+from .report import fmt, ratio, table
+from .timing import time_loader
+
+__all__ = ['ETLS', 'scale_suite', 'etl_worker', 'shuffle_stats', 'run', 'format_table', 'add_args']
+
+ETLS = ('fastai', 'memory', 'dask')
+
+def add_args(g):
+    a = g.add_argument
+    a('--scale-rows', type=lambda s: [int(float(x)) for x in s.split(',')], default=[1_000_000, 10_000_000],
+      help='row counts of the scale suite (default 1M,10M; --rows N runs N alone)')
+    a('--scale-etls', type=lambda s: [e for e in s.split(',') if e], default=list(ETLS),
+      help=f'a subset of {",".join(ETLS)} (none: the loaders on chunks a run left)')
+    a('--part-rows', type=int, default=250_000, help='rows per parquet part (one Dask partition each)')
+    a('--dask-scheduler', default='threads', help="threads, sync, processes, or a scheduler's address")
+    a('--windows', type=lambda s: [int(x) for x in s.split(',')], default=[8, 32, 128],
+      help="pieces in the stream's shuffle window: the shuffle is measured for each (the same rows in the window: "
+      "smaller pieces for more of them); the loader's rows/s for the middle one")
+    a('--piece-rows', type=int, default=None, help='rows the stream reads at a time (default: 1%% of the training '
+      'rows, so that the window holds a small share of them, as it would of data bigger than memory)')
+    a('--max-ram-frac', type=float, default=0.7, help='skip an in-memory ETL whose estimated peak (its peak at a '
+      'smaller size, scaled by rows) exceeds this fraction of the RAM available')
+
+# --- one ETL (runs in its own process) ------------------------------------------------------------------------------
+def _digest(to) -> str:
+    "A hash of the learned state (vocabularies, fill values, means, stds), exact to the bit."
+    import hashlib
+    st = [(n, [str(v) for v in to.classes[n]]) for n in to.classes]
+    for d in ('na_dict', 'means', 'stds'):
+        st.append((d, [(k, type(v).__name__, float(v).hex()) for k,v in getattr(to, d).items()]))
+    return hashlib.sha1(repr(st).encode()).hexdigest()[:12]
+
+def etl_worker(name, data, out, opts):
+    "Parquet parts to ready rows by ETL `name`; seconds, peak RSS and the learned state's digest into the JSON `out`."
+    import warnings
+    warnings.filterwarnings('ignore')
+    import torch
+    from fastai.data.block import CategoryBlock
+    from fastai.tabular.core import Categorify, FillMissing, Normalize, TabularPandas
+    from fastai.data.transforms import ColSplitter
+    from ..core import TabularGPU
+    from ..data import criteo_names
+    if opts.get('threads'): torch.set_num_threads(opts['threads'])
+    cats, conts, y = criteo_names()
+    kw = lambda: dict(procs=[Categorify, FillMissing, Normalize], cat_names=list(cats), cont_names=list(conts),
+                      y_names=y, y_block=CategoryBlock())
+    rss, res = RSSMeter(), dict(status='ok', etl=name)
+    res['baseline_rss_mb'] = round(rss.now(), 1)
+    rss.reset()
+    t0 = time.perf_counter()
+    if name == 'dask':
+        import dask, dask.dataframe as dd
+        sched = opts['dask_scheduler']
+        client = None
+        if ':' in sched:
+            from distributed import Client
+            client = Client(sched)
+        # object strings, as pandas reads them: the same dtypes, so the same state as the in-memory ETLs
+        with dask.config.set({'dataframe.convert-string': False, **({} if client else {'scheduler': sched})}):
+            ddf = dd.read_parquet(data)
+            res['partitions'] = ddf.npartitions
+            to = TabularGPU(ddf, splits='is_valid', chunk_dir=opts['chunk_dir'], **kw())
+        res.update(build_s=round(time.perf_counter() - t0, 2), load_s=0.,
+                   packed_mb=round(sum(c.nbytes for c in to.chunks) / MB, 1))
+    else:
+        import pandas as pd
+        df = pd.read_parquet(data)
+        res['load_s'] = round(time.perf_counter() - t0, 2)
+        t1 = time.perf_counter()
+        cls = TabularPandas if name == 'fastai' else TabularGPU
+        to = cls(df, splits=ColSplitter('is_valid')(df), **kw())
+        if name == 'memory': res['packed_mb'] = round(to.packed_rows()[0].numel() * 4 / MB, 1)
+        res['build_s'] = round(time.perf_counter() - t1, 2)
+    res.update(total_s=round(time.perf_counter() - t0, 2), peak_rss_mb=round(rss.peak(), 1), rows=len(to),
+               n_train=len(to.train), state=_digest(to), loadavg=[round(x, 2) for x in os.getloadavg()])
+    Path(out).write_text(json.dumps(res))
+
+def _spawn_etl(name, data, opts, chunk_dir) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        o = dict(dask_scheduler=opts.dask_scheduler, threads=opts.threads, chunk_dir=str(chunk_dir))
+        code = ('import json, sys; from fastai_gpu_tabular.bench.scale import etl_worker; '
+                'etl_worker(sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]))')
+        try: p = subprocess.run([sys.executable, '-c', code, name, str(data), f'{d}/r.json', json.dumps(o)],
+                                timeout=opts.timeout, check=False)
+        except subprocess.TimeoutExpired: return {'status': 'failed', 'reason': f'timed out after {opts.timeout} s'}
+        if Path(d, 'r.json').exists(): return json.loads(Path(d, 'r.json').read_text())
+        return {'status': 'failed', 'reason': f'exited with code {p.returncode} and wrote no result'}
+
+def _available_mb():
+    for line in Path('/proc/meminfo').read_text().splitlines():
+        if line.startswith('MemAvailable:'): return int(line.split()[1]) / 1024
+    return None
+
+def _window(opts): return sorted(opts.windows)[len(opts.windows) // 2]
+
+def _piece(chunks, opts, window=None):
+    "Rows a piece: `--piece-rows`, or such that the window holds 8% of the rows (a small share, as of data bigger "
+    "than memory) whatever its number of pieces."
+    return opts.piece_rows or max(len(chunks) * 8 // (100 * (window or _window(opts))), 1024)
+
+# --- the loader, streaming or resident ------------------------------------------------------------------------------
+def _loaders(chunks, opts, device) -> dict:
+    "Rows/s of shuffled epochs at each batch size: the stream from the chunks, and the same rows resident."
+    from ..loader import BatchDataLoader
+    from ..stream import StreamDataLoader
+    res = {}
+    for bs in opts.bs:
+        if bs > len(chunks): continue
+        dls = {'stream': StreamDataLoader(chunks, bs=bs, shuffle=True, window=_window(opts),
+                                          piece_rows=_piece(chunks, opts), device=device),
+               'resident': BatchDataLoader(chunks, bs=bs, shuffle=True, after_batch=[], indexed=True, device=device)}
+        res[str(bs)] = {k: time_loader(dl, opts.epochs_loader, opts.warmup_epochs, opts.max_loader_s, device, opts.stat)
+                        for k,dl in dls.items()}
+        res[str(bs)]['piece_rows'] = dls['stream'].piece_rows
+    return res
+
+# --- shuffle quality -----------------------------------------------------------------------------------------------
+def _positions(dl):
+    import torch
+    return torch.cat([b[0][:, 0].long().cpu() for b in dl])
+
+def shuffle_stats(order, n0:int, bs:int) -> dict:
+    """How well an epoch's row order (`order[k]`: the file position of the k-th row out) mixes a file whose first `n0`
+    rows have label 0 and the rest label 1. `neighbour_gap`: the median distance, as a fraction of the rows, between
+    rows that were next to each other in the file (about 0.29 for a full permutation, 0 in order); `moved`: the mean
+    distance a row moves (1/3 for a full permutation); `batch_label_std`: the spread of the batches' label means over
+    what independent draws would give (about 1 for a full permutation)."""
+    import torch
+    n = len(order)
+    out = torch.empty(n, dtype=torch.long)
+    out[order] = torch.arange(n)   # where each file row went
+    gap = (out[1:] - out[:-1]).abs().float().median().item() / n
+    moved = (out - torch.arange(n)).abs().float().mean().item() / n
+    y = (order >= n0).float()
+    means = y[:n - n % bs].view(-1, bs).mean(1)
+    p = 1 - n0 / n
+    return dict(neighbour_gap=round(gap, 4), moved=round(moved, 4),
+                batch_label_std=round((means.std().item() / ((p * (1 - p) / bs) ** 0.5)), 2))
+
+def _sorted_copy(chunks, path):
+    "The training rows sorted by label, in files of the same sizes (so the stream cuts the same pieces)."
+    import torch
+    from ..stream import PackedChunks
+    rows = chunks.load()
+    a, b, dt = chunks.layout[2]
+    y = rows[:, a:b].view(dt)[:, 0]
+    rows = rows[torch.argsort(y, stable=True)]
+    Path(path).mkdir(parents=True, exist_ok=True)
+    files = [(f, PackedChunks.write_rows(path, f, rows[s:e]))
+             for f,s,e in zip(chunks.files, chunks.starts[:-1], chunks.starts[1:])]
+    return PackedChunks.write(path, files, chunks.layout, chunks.width), int((y == 0).sum())
+
+def _positions_store(chunks, path):
+    "A store of the same file sizes whose row k holds k: what each loader does to row order, without the data."
+    import torch
+    from ..stream import PackedChunks
+    Path(path).mkdir(parents=True, exist_ok=True)
+    rows = lambda s, e: torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)
+    files = [(f, PackedChunks.write_rows(path, f, rows(s, e)))
+             for f,s,e in zip(chunks.files, chunks.starts[:-1], chunks.starts[1:])]
+    return PackedChunks.write(path, files, ((0, 1, torch.int32), (1, 2, torch.float32)), 2)
+
+def _train_auc(train_dl, valid, n_cont, cards, opts, device) -> dict:
+    "One epoch of a fixed TabularModel on `train_dl`, then the validation AUC."
+    from fastai.data.core import DataLoaders
+    from fastai.learner import Learner
+    from fastai.losses import CrossEntropyLossFlat
+    from fastai.optimizer import Adam
+    from fastai.tabular.model import TabularModel
+    from fastai.torch_core import set_seed
+    import fastai.callback.schedule  # noqa: F401  (fit_one_cycle)
+    from sklearn.metrics import roc_auc_score
+    set_seed(opts.seed)
+    model = TabularModel([(c, min(opts.emb_sz, c)) for c in cards], n_cont, 2, layers=list(opts.layers))
+    learn = Learner(DataLoaders(train_dl, valid, device=device), model, loss_func=CrossEntropyLossFlat(), opt_func=Adam)
+    t0 = time.perf_counter()
+    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, opts.lr)
+    s, loss = time.perf_counter() - t0, float(learn.recorder.losses[-1])   # get_preds empties the recorder
+    with learn.no_bar(): preds, targs = learn.get_preds()
+    return dict(valid_auc=round(float(roc_auc_score(targs.reshape(-1).numpy(), preds[:, 1].numpy())), 4),
+                train_s=round(s, 1), train_loss=round(loss, 4))
+
+def _shuffle(work, train, valid, cards, n_cont, opts, device) -> dict:
+    """Window streams (each window the same 8% of the rows, in `--windows` pieces) against a full permutation and no
+    shuffle, on the label-sorted training rows: the row-order statistics, and the AUC after one epoch."""
+    from ..loader import BatchDataLoader
+    from ..stream import StreamDataLoader
+    srt, n0 = _sorted_copy(train, work/'sorted')
+    pos = _positions_store(train, work/'positions')
+    bs = opts.train_bs or 32768
+    def orders(store):
+        kw = dict(bs=bs, drop_last=False, device=device)
+        return {**{f'window {w} x {_piece(store, opts, w):,} rows': StreamDataLoader(store, shuffle=True, window=w,
+                                                                      piece_rows=_piece(store, opts, w), **kw)
+                   for w in sorted(opts.windows)},
+                'full permutation': BatchDataLoader(store, shuffle=True, after_batch=[], indexed=True, **kw),
+                'in order': StreamDataLoader(store, shuffle=False, **kw)}
+    res = {k: shuffle_stats(_positions(dl), n0, bs) for k,dl in orders(pos).items()}
+    vdl = BatchDataLoader(valid, bs=bs, after_batch=[], indexed=True, device=device)
+    for k,dl in orders(srt).items(): res[k].update(_train_auc(dl, vdl, n_cont, cards, opts, device))
+    return dict(orders=res, bs=bs, label_1_share=round(1 - n0 / len(srt), 4))
+
+# --- the suite -----------------------------------------------------------------------------------------------------
+def scale_suite(opts) -> dict:
+    """For each size, Criteo-like rows in parquet parts (`data.criteo_parts`) go through three ETLs, each in its own
+    process (so that peak RSS is its own): fastai's `TabularPandas`, the in-memory `TabularGPU` (both read the whole
+    frame, then build; ours also packs) and `TabularGPU` over a Dask frame (partitions read, learned and packed into
+    `.npy` chunks one at a time). The learned state of each is digested, to show that they agree. Then, on the
+    smallest size's chunks: the loader's rows/s streaming (`StreamDataLoader`) against resident (`BatchDataLoader`),
+    and the stream's shuffle quality on a label-sorted copy of the training rows: how far rows move, how mixed batches
+    are, and the validation AUC after one epoch, with the window shuffle, a full permutation and none."""
+    import torch
+    from ..data import criteo_parts
+    from ..stream import PackedChunks
+    device = torch.device(opts.device)
+    sizes = [opts.rows] if opts.rows else sorted(opts.scale_rows)
+    work = Path(opts.out).resolve().parent/'scale_work'
+    res, avail = {'sizes': {}}, _available_mb()
+    for n in sizes:
+        t0 = time.perf_counter()
+        data = criteo_parts(work/f'criteo_{n}_s{opts.seed}', n, opts.seed, part_rows=opts.part_rows)
+        r = res['sizes'][str(n)] = {'data': {'path': str(data), 'make_s': round(time.perf_counter() - t0, 1),
+                                             'parts': len(list(data.glob('part.*.parquet')))}, 'etl': {}}
+        for name in opts.scale_etls:
+            smaller = [res['sizes'][str(m)]['etl'].get(name, {}) for m in sizes if m < n]
+            prev = next((e for e in reversed(smaller) if e.get('status') == 'ok'), None)
+            need = prev and prev['peak_rss_mb'] * n / prev['rows']
+            if name != 'dask' and need and avail and need > opts.max_ram_frac * avail:
+                r['etl'][name] = {'status': 'skipped', 'reason': f'would need ~{need / 1024:.0f} GB (its peak at '
+                                  f'{prev["rows"]:,} rows scaled), {avail / 1024:.0f} GB available'}
+                continue
+            print(f'[scale] {n:,} rows: {name} ETL', file=sys.stderr, flush=True)
+            r['etl'][name] = _spawn_etl(name, data, opts, work/f'chunks_{n}')
+        ok = {k: v for k,v in r['etl'].items() if v.get('status') == 'ok'}
+        r['same_state'] = len({v['state'] for v in ok.values()}) == 1 if len(ok) > 1 else None
+        r['ratios'] = {f'{k}_vs_{ref}': {'total_speedup': ratio(ok[ref]['total_s'], ok[k]['total_s']),
+                                         'peak_rss_ratio': ratio(ok[k]['peak_rss_mb'], ok[ref]['peak_rss_mb'])}
+                       for ref in ('fastai', 'memory') if ref in ok for k in ('memory', 'dask') if k in ok and k != ref}
+    n = sizes[0]
+    if (work/f'chunks_{n}'/'train'/'chunks.json').exists():
+        train, valid = (PackedChunks(work/f'chunks_{n}'/s) for s in ('train', 'valid'))
+        print(f'[scale] loaders on {n:,} rows', file=sys.stderr, flush=True)
+        res['loader'] = {'rows': len(train), 'by_bs': _loaders(train, opts, device)}
+        if not opts.no_train:
+            print('[scale] shuffle quality', file=sys.stderr, flush=True)
+            cards = _cards(train, valid)
+            res['shuffle'] = {'rows': len(train), **_shuffle(work/f'shuffle_{n}', train, valid, cards,
+                                                             train.layout[1][1] - train.layout[1][0], opts, device)}
+    return res
+
+def _cards(*chunks) -> list:
+    "Embedding table sizes: the largest code in each cat column of the chunks, plus one."
+    a, b, _ = chunks[0].layout[0]
+    top = [c.load()[:, a:b].amax(0) for c in chunks if len(c)]
+    return [int(c) + 1 for c in (top[0] if len(top) == 1 else top[0].maximum(top[1])).tolist()]
+
+def run(opts) -> dict:
+    bad = [e for e in opts.scale_etls if e not in ETLS]
+    if bad: raise SystemExit(f'unknown ETL(s) {bad}: pick from {",".join(ETLS)}')
+    return scale_suite(opts)
+
+def format_table(res) -> str:
+    "The suite's results as tables: ETL per size, the loaders, the shuffle."
+    out, rows = [], []
+    for n,r in res['sizes'].items():
+        for k,e in r['etl'].items():
+            if e.get('status') != 'ok':
+                rows.append([f'{int(n):,}', k, e.get('status'), '-', '-', '-', '-', e.get('reason', '')[:60]]); continue
+            rows.append([f'{int(n):,}', k, 'ok', fmt(e['load_s']), fmt(e['build_s']), fmt(e['total_s']),
+                         f"{e['peak_rss_mb']:,.0f}", e['state'] + (' (same)' if r['same_state'] else '')])
+    out.append(table(['rows', 'ETL', 'status', 'read s', 'build+pack s', 'total s', 'peak RSS MB', 'state digest'],
+                     rows))
+    for n,r in res['sizes'].items():
+        for k,v in r.get('ratios', {}).items():
+            out.append(f"{int(n):,} rows, {k}: {fmt(v['total_speedup'], 'x')} faster end to end, peak RSS "
+                       f"{fmt(v['peak_rss_ratio'], 'x')}")
+    if 'loader' in res:
+        rows = [[bs, f"{d['stream']['rows_per_s']:,.0f}", f"{d['resident']['rows_per_s']:,.0f}",
+                 fmt(ratio(d['stream']['rows_per_s'], d['resident']['rows_per_s']), 'x'), f"{d['piece_rows']:,}"]
+                for bs,d in res['loader']['by_bs'].items()]
+        out.append(table(['bs', 'stream rows/s', 'resident rows/s', 'stream/resident', 'piece rows'], rows))
+    if 'shuffle' in res:
+        s = res['shuffle']
+        rows = [[k, v['neighbour_gap'], v['moved'], v['batch_label_std'], v['valid_auc']] for k,v in s['orders'].items()]
+        out.append(f"shuffle, label-sorted training rows ({s['rows']:,}, bs {s['bs']:,}):")
+        out.append(table(['order', 'neighbour gap', 'moved', 'batch label std', 'valid AUC after 1 epoch'], rows))
+    return '\n\n'.join(out)

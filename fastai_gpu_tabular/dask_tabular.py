@@ -1,0 +1,264 @@
+"""`TabularDask`: what `TabularGPU(ddf, ...)` gives for a Dask DataFrame (pandas or cuDF partitions). fastai's procs
+learn their state over the partitions, exactly what they learn from the same rows in memory (dask_procs.py);
+processing then writes each partition's packed rows to `.npy` chunks, and `dataloaders()` streams them if they do not
+fit."""
+from __future__ import annotations
+
+import shutil, tempfile, weakref
+from pathlib import Path
+import numpy as np, pandas as pd, torch
+from fastcore.foundation import L
+from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
+from fastai.data.transforms import Categorize, EncodedMultiCategorize, Normalize, RegressionSetup
+from fastai.tabular import core as fatc
+from fastai.tabular.core import FillMissing
+from fastai.torch_core import default_device, display_df
+from fasttransform import Pipeline
+
+from .backend import (col_to_tensor, is_cudf, is_dask, is_numeric_dtype, sorted_uniques, split_lists, to_backend,
+                      to_pandas)
+from .core import TabularGPU, _check_inf, _is_num
+from .dask_stats import compute
+from .loader import BatchDataLoader, BatchDataLoaders
+from .stream import PackedChunks, StreamDataLoader, _bytes, free_memory
+
+__all__ = ['TabularDask', 'valid_mask']
+
+_PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize)
+
+def valid_mask(col, on=None):
+    "fastai's `ColSplitter` rule on a column (pandas, cuDF or Dask): truthy values (or those equal to/in `on`) validate"
+    if on is None: return col.astype(bool)
+    return col.isin(list(on)) if isinstance(on, (list, tuple, set, L)) else col == on
+
+def _split_spec(splits, columns) -> tuple:
+    "`(column, on)` of a split given as a column name or fastai's `ColSplitter(col, on)`; `(None, None)` for no split."
+    if splits is None: return None, None
+    if isinstance(splits, str): col, on = splits, None
+    elif callable(splits) and getattr(splits, '__qualname__', '') == 'ColSplitter.<locals>._inner':
+        cells = dict(zip(splits.__code__.co_freevars, (c.cell_contents for c in splits.__closure__)))
+        col, on = cells['col'], cells['on']
+    elif callable(splits):
+        raise TypeError(f"splits={getattr(splits, '__qualname__', splits)!r} on a Dask frame: a splitter that draws "
+                        "row positions needs the whole frame in memory. Put the split in a boolean column and pass "
+                        "splits='is_valid' (or ColSplitter('is_valid'))")
+    else:
+        raise TypeError("splits as lists of row positions cannot address a Dask frame's rows: put the split in a "
+                        "boolean column and pass splits='is_valid' (or ColSplitter('is_valid'))")
+    if isinstance(col, int): col = columns[col]
+    if col not in columns: raise KeyError(f"the split column {col!r} is not in the frame (it has {list(columns)[:20]})")
+    return col, on
+
+def _pack_partition(part, procs, path, i, split, on, names:dict):
+    "Pack a processed partition's rows (as `TabularGPU` does in memory) and write its train and valid rows as chunks."
+    t = TabularGPU(part, procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
+    rows, layout = t._pack()
+    name = f'part.{i:05d}.npy'
+    if split is None: return layout, rows.shape[1], PackedChunks.write_rows(Path(path)/'train', name, rows), 0
+    v = col_to_tensor(valid_mask(part[split], on).astype('int8')).to(rows.device).bool()   # DLPack may lack bool
+    return (layout, rows.shape[1], PackedChunks.write_rows(Path(path)/'train', name, rows[~v]),
+            PackedChunks.write_rows(Path(path)/'valid', name, rows[v]))
+
+class TabularDask(TabularGPU):
+    """`TabularGPU` over a Dask DataFrame: the learned state is fastai's, computed exactly over the partitions; the
+    processed rows are packed a partition at a time into `.npy` chunks in `chunk_dir` (train/ and valid/)."""
+    def __init__(self, df, procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None,
+                 splits=None, # a boolean column's name or fastai's `ColSplitter(col, on)`: True rows are validation
+                 do_setup=True, device=None, inplace=False, reduce_memory=True, backend=None, multi_hot=None,
+                 chunk_dir=None): # where the packed chunks go (default: a temporary folder removed with this object)
+        df = to_backend(df, backend)
+        cat_names, cont_names, y_names = L(cat_names).copy(), L(cont_names).copy(), L(y_names).copy()
+        # the name checks on Dask's stand-in partition (`len` of the real frame would read it all)
+        self._check_names(cat_names, cont_names, y_names)
+        if do_setup: self._check_columns(df._meta_nonempty, cat_names, cont_names, y_names, procs)
+        self.split_col, self.split_on = _split_spec(splits, list(df.columns))
+        bad = [getattr(p, '__name__', type(p).__name__) for p in (procs.fs if isinstance(procs, Pipeline) else L(procs))
+               if not issubclass(p if isinstance(p, type) else type(p), _PROCS)]
+        if bad: raise TypeError(f"proc(s) {bad} have no Dask implementation: TabularDask runs Categorify, FillMissing, "
+                                "Normalize and the target procs")
+        meta = df._meta
+        for n in cont_names:
+            dt = meta[n].dtype
+            if not isinstance(dt, np.dtype) or not is_numeric_dtype(dt):
+                raise TypeError(f"continuous column {n!r} has dtype {dt}: on a Dask frame continuous columns need a "
+                                "NumPy numeric dtype (pandas' exact statistics are NumPy's); cast it first")
+        self.multi_hot = self._multi_hot(self._probe(df, cat_names, multi_hot), cat_names, multi_hot)
+        keep = list(dict.fromkeys(cat_names + cont_names + y_names + ([self.split_col] if self.split_col else [])))
+        items = df[[c for c in keep if c in df.columns]]
+        for c in items.columns:   # categories Dask does not know (e.g. from parquet) as plain values
+            if getattr(meta[c].dtype, 'name', '') == 'category' and not items[c].cat.known:
+                items[c] = items[c].astype(meta[c].cat.categories.dtype)
+        for n,sep in self.multi_hot.items():
+            if sep is not None and n in items.columns: items[n] = items[n].map_partitions(split_lists, sep)
+        if is_cudf(meta):   # cuDF keeps NaN apart from null; fastai's procs treat both as missing
+            floats = [c for c in items.columns if items[c].dtype.kind == 'f']
+            if floats: items = items.map_partitions(lambda p: p.assign(**{c: p[c].nans_to_nulls() for c in floats}))
+        items, self._counts, self._vocab_all = self._scan(items, cat_names, cont_names, y_names, reduce_memory)
+        if do_setup and not self._counts.sum():
+            raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
+        self.items, self._packed, self._parent, self._which, self.chunks = items, {}, None, None, None
+        self.y_names, self.device = y_names, device
+        self.chunk_dir = Path(chunk_dir) if chunk_dir is not None else Path(tempfile.mkdtemp(prefix='fgt-chunks-'))
+        if chunk_dir is None: weakref.finalize(self, shutil.rmtree, str(self.chunk_dir), True)
+        if y_block is None and self.y_names:
+            y_block = RegressionBlock() if all(_is_num(meta[n].dtype) for n in self.y_names) else CategoryBlock()
+        if y_block is not None and do_setup:
+            if callable(y_block): y_block = y_block()
+            procs = L(procs) + y_block.type_tfms
+        self.cat_names, self.cont_names, self.procs = cat_names, cont_names, Pipeline(procs)
+        self.split = int(self._counts[0])
+        if do_setup: self.setup()
+
+    @staticmethod
+    def _probe(df, cat_names, multi_hot):
+        "A few real rows of the object cat columns, where list cells show (cuDF's meta already says list)."
+        mh = set(multi_hot or ())
+        obj = [n for n in cat_names if n not in mh and n in df.columns and df._meta[n].dtype == object]
+        if not obj or is_cudf(df._meta): return df._meta
+        return df[obj].partitions[0].compute().iloc[:64]   # (Dask's `head` here takes several times longer)
+
+    def _scan(self, items, cat_names, cont_names, y_names, reduce_memory):
+        """One pass over the rows: each partition's train/valid rows; fastai's `df_shrink` casts (from the columns'
+        min/max); the vocabulary over all rows of object cat columns (fastai takes it from their category cast)."""
+        split, on, meta = self.split_col, self.split_on, items._meta
+        named = [c for c in dict.fromkeys(cat_names + cont_names + y_names) if c in items.columns]
+        ys = [n for n in y_names if n in items.columns]
+        # the columns whose shrink depends on their values (fastai's rule on dtype names)
+        num = [c for c in named if c not in self.multi_hot
+               and getattr(meta[c].dtype, 'name', '').startswith(('int', 'uint', 'float'))]
+        # totals only (Dask may fuse partitions differently for each set of columns it reads), from one cheap column
+        cheap = split or (num + list(items.columns))[0]
+        tasks = {'rows': items[cheap].map_partitions(len).sum()}
+        if split: tasks['valid'] = valid_mask(items[split], on).sum()
+        if reduce_memory and num: tasks['min'], tasks['max'] = items[num].min(), items[num].max()
+        if ys: tasks['ynan'] = items[ys].isna().any()
+        res = {k: to_pandas(v) for k,v in zip(tasks, compute(*tasks.values()))}
+        lens, vocab = np.array([res['rows'] - res.get('valid', 0), res.get('valid', 0)], dtype=np.int64), {}
+        if ys and res['ynan'].any():
+            raise ValueError(f"target column {res['ynan'][res['ynan']].index[0]!r} contains NaN/null: drop or fill "
+                             "those rows (or drop the column for unlabelled data)")
+        if not reduce_memory: return items, lens, vocab
+        # fastai's df_shrink_dtypes on a stand-in frame: each column's dtype, and its min and max where they matter
+        proxy = to_pandas(items._meta_nonempty[named]).iloc[:2].reset_index(drop=True)
+        for c in num: proxy[c] = pd.Series([res['min'][c], res['max'][c]]).astype(meta[c].dtype)
+        casts = self._shrink_dtypes(proxy, cat_names, cont_names, y_names)
+        # object/str cat columns: fastai's category cast over all rows is their vocabulary; the others keep theirs
+        cats = [c for c,t in casts.items() if t == 'category' and c in cat_names]
+        if cats:
+            uniq = compute(*[items[c].unique(split_out=1) for c in cats])
+            vocab = {c: sorted_uniques(to_pandas(u).rename(c)) for c,u in zip(cats, uniq)}
+        casts = {c: t for c,t in casts.items() if t != 'category'}
+        return (items.astype(casts) if casts else items), lens, vocab
+
+    # --- the object and its subsets -------------------------------------------------------------------------------
+    def __len__(self): return int(self._counts.sum() if self._which is None else self._counts[self._which])
+
+    def cols(self, names:list):
+        """Columns `names` of this object's rows, lazily: for a subset, projected before the split's filter, so that
+        Dask reads and encodes only those columns (its optimizer does not push a projection through that filter)."""
+        names = list(names)
+        if self._which is None: return self.items[names]
+        f = self.full_items
+        if self.split_col is None:   # no split: every row trains
+            return f[names] if self._which == 0 else f[names].map_partitions(lambda p: p.iloc[:0])
+        f = f[list(dict.fromkeys(names + [self.split_col]))]
+        v = valid_mask(f[self.split_col], self.split_on)
+        return f[v if self._which else ~v][names]
+
+    def subset(self, i):
+        "Train (0) or valid (1) rows: `items` filtered lazily on the split column; their chunks once processed."
+        res = object.__new__(type(self))
+        res.__dict__.update(self.__dict__)
+        res._which, res._parent, res._packed, res.split = i, self, {}, int(self._counts[i])
+        res.items = res.cols(list(self.items.columns))
+        res.chunks = self.chunks[i] if self.chunks is not None else None
+        return res
+
+    def new(self, df, inplace=False):
+        "A Tabular of `df` with these procs and names: `TabularGPU` for a pandas/cuDF frame, `TabularDask` for Dask's."
+        kw = dict(do_setup=False, reduce_memory=False, y_block=TransformBlock(), multi_hot=self.multi_hot,
+                  procs=self.procs, cat_names=self.cat_names, cont_names=self.cont_names, y_names=self.y_names,
+                  device=self.device)
+        if is_dask(df): return TabularDask(df, chunk_dir=None, **kw)
+        return TabularGPU(df, inplace=inplace, **kw)
+
+    def new_empty(self):
+        return self.new(pd.DataFrame({}, columns=[c for c in self.items.columns if c != self.split_col]))
+    def show(self, max_n=10, **kwargs):
+        "The first `max_n` rows, decoded, on the host."
+        display_df(self.new(to_pandas(self.items[self.all_col_names].head(max_n))).decode().items)
+
+    def decode(self):
+        raise NotImplementedError("decode a TabularDask's rows through an in-memory copy of some of them: "
+                                  "to.new(to.items.head(n).compute()).decode()")
+
+    def _before_procs(self, setup=False):
+        """Bad input fails here, naming the columns, before the long work: +-inf, NaN that no FillMissing will fill, and
+        `<cont>_na` names FillMissing will not make; one pass over the continuous columns."""
+        self._packed = {}
+        if not len(self.cont_names): return
+        x = self.items[list(self.cont_names)]
+        train = x if self.split_col is None else x[~valid_mask(self.items[self.split_col], self.split_on)]
+        floats = [c for c in x.columns if x[c].dtype.kind == 'f']
+        nan, train_nan, inf = compute(x.isna().any(), train.isna().any(), (x[floats].abs() == np.inf).sum())
+        _check_inf(inf.to_dict())
+        if not self._has(FillMissing) and nan.any():
+            raise ValueError(f"continuous column(s) {list(nan[nan].index)} contain NaN and `procs` has no "
+                             "FillMissing: add FillMissing, or fill them before TabularGPU")
+        self._check_na_names(setup, lambda c: bool(train_nan[c]))
+
+    def setup(self): self._before_procs(setup=True); self.procs.setup(self); self._write()
+    def process(self): self._before_procs(); self.procs(self); self._write()
+
+    # --- packing into chunks ----------------------------------------------------------------------------------------
+    def _write(self):
+        "Pack each processed partition and write its rows: `chunk_dir`/train and /valid, a file a partition."
+        import dask
+        from .dask_stats import _delayed
+        for sub in ('train', 'valid'):
+            d = self.chunk_dir/sub
+            if d.exists(): shutil.rmtree(d)
+            d.mkdir(parents=True)
+        procs = dask.delayed(self.procs)   # one copy in the graph, not one per task
+        names = dict(cat_names=list(self.cat_names), cont_names=list(self.cont_names), multi_hot=self.multi_hot,
+                     y_names=[n for n in self.y_names if n in self.items.columns])
+        parts = self.items.to_delayed()
+        pack = _delayed(_pack_partition)
+        res = compute(*[pack(p, procs, str(self.chunk_dir), i, self.split_col, self.split_on, names)
+                        for i,p in enumerate(parts)])
+        layout, width = res[0][0], res[0][1]
+        self.chunks = tuple(PackedChunks.write(self.chunk_dir/sub, [(f'part.{i:05d}.npy', r[2 + j]) for i,r in
+                                                                    enumerate(res)], layout, width)
+                            for j,sub in enumerate(('train', 'valid')))
+        self._counts = np.array([r[2:] for r in res], dtype=np.int64).sum(0)
+
+    def packed_rows(self, device=None) -> tuple:
+        "`(rows, layout)` of this subset's chunks loaded whole on `device` (the resident path: they must fit)."
+        device = torch.device(device if device is not None else 'cpu')
+        if self.chunks is None: raise RuntimeError("this TabularDask is not processed yet: call `process()`")
+        if device not in self._packed:
+            parts = [self.chunks] if self._which is not None else list(self.chunks)
+            rows = torch.cat([c.load(device) for c in parts]) if len(parts) > 1 else parts[0].load(device)
+            self._packed[device] = (rows, parts[0].layout)
+        return self._packed[device]
+
+    def dataloaders(self, bs=64, shuffle=True, val_bs=None, device=None, drop_last=None, path='.',
+                    memory_budget=None, # bytes (or '4GB') the packed rows may take on `device` (default: half free)
+                    stream:bool|None=None, # streaming (True) or the resident loader (False); default: by the budget
+                    window:int=32, piece_rows:int|None=None, seed:int|None=None, **kwargs):
+        """`BatchDataLoaders`: resident `BatchDataLoader`s when the packed rows fit in `memory_budget`, otherwise
+        `StreamDataLoader`s reading the chunks (the budget then bounds their window and read-ahead)."""
+        device = torch.device(default_device() if device is None else device)
+        if self.chunks is None: raise RuntimeError("this TabularDask is not processed yet: call `process()`")
+        budget = _bytes(memory_budget) or free_memory(device, 0.5)
+        if stream is None: stream = sum(c.nbytes for c in self.chunks) > budget
+        def _dl(ds, **kw):
+            if not stream: return BatchDataLoader(ds, device=device, **kw, **kwargs)
+            return StreamDataLoader(ds, device=device, window=window, piece_rows=piece_rows, memory_budget=budget,
+                                    seed=seed, **kw, **kwargs)
+        trn = _dl(self.train, bs=bs, shuffle=shuffle, drop_last=shuffle if drop_last is None else drop_last)
+        val = _dl(self.valid, bs=bs if val_bs is None else val_bs, shuffle=False, drop_last=False)
+        return BatchDataLoaders(trn, val, path=path, device=device)
+
+from .dask_procs import register_dask_procs
+register_dask_procs(TabularDask)

@@ -1,0 +1,336 @@
+"""Packed rows bigger than memory: `PackedChunks` (the int32 rows of `TabularGPU.packed_rows` as `.npy` files, one a
+partition) and `StreamDataLoader`, which streams them: pieces of chunks in a new random order each epoch, read one
+piece ahead by a thread (into pinned buffers, copied to the GPU on a side stream), shuffled in a window of pieces on
+the device, every batch a slice of one gather from that window."""
+from __future__ import annotations
+
+import json, os, queue, threading
+from pathlib import Path
+import numpy as np, torch
+from fastcore.meta import delegates
+
+from .loader import BatchDataLoader, unpack_rows
+
+__all__ = ['PackedChunks', 'StreamDataLoader', 'free_memory', 'rank_and_world']
+
+def free_memory(device, frac:float=0.5) -> int:
+    "`frac` of the memory free now on `device` (the GPU's, or the host's RAM for the CPU), in bytes."
+    device = torch.device(device)
+    if device.type == 'cuda': return int(torch.cuda.mem_get_info(device)[0] * frac)
+    try:
+        import psutil
+        return int(psutil.virtual_memory().available * frac)
+    except ImportError: return int(os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') * frac)
+
+def _bytes(b) -> int|None:
+    "A byte count from an int or a string such as '2GB' (Dask's `parse_bytes`)."
+    if b is None or isinstance(b, (int, np.integer)): return b
+    from dask.utils import parse_bytes
+    return parse_bytes(b)
+
+def rank_and_world() -> tuple:
+    "`(rank, world_size)` of torch.distributed when it is initialised, else `(0, 1)`."
+    d = torch.distributed
+    return (d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else (0, 1)
+
+class PackedChunks:
+    "Packed rows in `.npy` files of a folder (`chunks.json` lists them with their row counts and the layout)"
+    def __init__(self, path):
+        self.path = Path(path)
+        meta = json.loads((self.path/'chunks.json').read_text())
+        self.files, self.lens = [f for f,_ in meta['files']], np.array([n for _,n in meta['files']], dtype=np.int64)
+        self.width = meta['width']
+        self.layout = tuple((a, b, getattr(torch, dt)) for a,b,dt in meta['layout'])
+        self.starts = np.concatenate([[0], np.cumsum(self.lens)]).astype(np.int64)
+        self._offsets = {}
+
+    @classmethod
+    def write(cls, path, files:list, layout, width:int) -> PackedChunks:
+        "Record `files` (`(name, rows)` in row order, written to `path` by `write_rows`) and their layout."
+        path = Path(path)
+        meta = dict(files=[[f, int(n)] for f,n in files if n], width=int(width),
+                    layout=[[a, b, str(dt).replace('torch.', '')] for a,b,dt in layout])
+        (path/'chunks.json').write_text(json.dumps(meta))
+        return cls(path)
+
+    @staticmethod
+    def write_rows(path, name:str, rows:torch.Tensor) -> int:
+        "Write packed `rows` to `path/name` (a `.npy` file); their count."
+        if len(rows): np.save(Path(path)/name, rows.cpu().numpy())
+        return len(rows)
+
+    def __len__(self): return int(self.starts[-1])
+    @property
+    def nbytes(self) -> int: return len(self) * self.width * 4
+    def __repr__(self): return f'{type(self).__name__}({str(self.path)!r}: {len(self):,} rows, {len(self.files)} files)'
+
+    def _offset(self, i):
+        "Where file `i`'s data starts (after its `.npy` header)."
+        if i not in self._offsets:
+            with open(self.path/self.files[i], 'rb') as f:
+                major,_ = np.lib.format.read_magic(f)
+                (np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0)(f)
+                self._offsets[i] = f.tell()
+        return self._offsets[i]
+
+    def read(self, i:int, a:int, b:int, out:torch.Tensor|None=None) -> torch.Tensor:
+        """Rows `a:b` of file `i` into `out` (a CPU int32 tensor, pinned or not) or a new tensor: one contiguous read
+        into the buffer, no memory map (whose pages would count against the process's memory)."""
+        out = torch.empty((b - a, self.width), dtype=torch.int32) if out is None else out[:b - a]
+        buf = memoryview(out.numpy()).cast('B')
+        with open(self.path/self.files[i], 'rb', buffering=0) as f:
+            f.seek(self._offset(i) + a * self.width * 4)
+            got = 0
+            while got < len(buf):
+                k = f.readinto(buf[got:])
+                if not k: raise EOFError(f'{self.path/self.files[i]} ends before row {b}')
+                got += k
+        return out
+
+    def take(self, idx) -> torch.Tensor:
+        "The rows at global positions `idx` (few: for a sample batch), on the host."
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        out = torch.empty((len(idx), self.width), dtype=torch.int32)
+        f = np.searchsorted(self.starts, idx, side='right') - 1
+        for j,(i,r) in enumerate(zip(f, idx - self.starts[f])): self.read(int(i), int(r), int(r) + 1, out[j:j+1])
+        return out
+
+    def load(self, device=None) -> torch.Tensor:
+        "All rows in one tensor on `device` (the resident path, for rows that fit)."
+        out = torch.empty((len(self), self.width), dtype=torch.int32)
+        for i,(a,b) in enumerate(zip(self.starts[:-1], self.starts[1:])): self.read(i, 0, int(b - a), out[a:b])
+        return out.to(device) if device is not None else out
+
+    def packed_rows(self, device=None) -> tuple:
+        "`(rows, layout)`, all loaded, as `TabularGPU.packed_rows` gives them: so a `BatchDataLoader` serves them"
+        device = torch.device(device or 'cpu')
+        if getattr(self, '_loaded', (None,))[0] != device: self._loaded = (device, self.load(device))
+        return self._loaded[1], self.layout
+
+    def pieces(self, piece_rows:int) -> list:
+        "Every file cut into contiguous `(file, start, stop)` pieces of at most `piece_rows` rows, in row order."
+        return [(i, a, min(a + piece_rows, int(n))) for i,n in enumerate(self.lens)
+                for a in range(0, int(n), piece_rows)]
+
+def _rank_slices(pieces:list, rank:int, ws:int) -> list:
+    """Rank `rank`'s share of the rows of `pieces` end to end: the `rank`-th of `ws` equal runs of `ceil(n/ws)` rows,
+    wrapping round to the start for the last ranks (as torch's DistributedSampler pads), so every rank gets as many."""
+    n = sum(b - a for _,a,b in pieces)
+    per = -(-n // ws)
+    lo, hi, res, pos = rank * per, (rank + 1) * per, [], 0
+    for _ in range(2):   # the run may wrap round once
+        for i,a,b in pieces:
+            s, e = max(lo - pos, 0), min(hi - pos, b - a)
+            if s < e: res.append((i, a + s, a + e))
+            pos += b - a
+        if pos >= hi: break
+    return res
+
+class _Prefetch:
+    """A thread reading `slices` of `chunks` one ahead of the consumer: on a GPU into pinned host buffers, then copied
+    to the device on a side CUDA stream (the consumer's stream waits for that copy's event); on the CPU into tensors."""
+    def __init__(self, chunks:PackedChunks, slices:list, device):
+        self.chunks, self.slices, self.device = chunks, slices, torch.device(device)
+        if self.device.type == 'cuda' and self.device.index is None:   # the thread must name it
+            self.device = torch.device('cuda', torch.cuda.current_device())
+        self.q, self.stop = queue.Queue(maxsize=1), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _put(self, item):
+        while not self.stop.is_set():
+            try: return self.q.put(item, timeout=0.1)
+            except queue.Full: pass
+
+    def _run(self):
+        try:
+            cuda = self.device.type == 'cuda'
+            if cuda:
+                torch.cuda.set_device(self.device)
+                stream, most = torch.cuda.Stream(self.device), max((b - a for _,a,b in self.slices), default=0)
+                # two pinned buffers: one being filled from disk while the other's copy to the device runs
+                bufs = [torch.empty((most, self.chunks.width), dtype=torch.int32, pin_memory=True) for _ in range(2)]
+                done = [None, None]
+            for k,(i,a,b) in enumerate(self.slices):
+                if self.stop.is_set(): return
+                if not cuda:
+                    self._put((self.chunks.read(i, a, b), None))
+                    continue
+                if done[k % 2] is not None: done[k % 2].synchronize()   # its last copy has left the buffer
+                host = self.chunks.read(i, a, b, bufs[k % 2])
+                with torch.cuda.stream(stream):
+                    dev = host.to(self.device, non_blocking=True)
+                    done[k % 2] = torch.cuda.Event()
+                    done[k % 2].record(stream)
+                self._put((dev, done[k % 2]))
+            self._put(None)
+        except BaseException as e: self._put(e)
+
+    def __iter__(self):
+        try:
+            while True:
+                item = self.q.get()
+                if item is None: return
+                if isinstance(item, BaseException): raise item
+                rows, ev = item
+                if ev is not None:
+                    s = torch.cuda.current_stream(self.device)
+                    s.wait_event(ev)
+                    rows.record_stream(s)   # allocated on the side stream, used on this one
+                yield rows
+        finally: self.close()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+
+@delegates(BatchDataLoader.__init__)
+class StreamDataLoader(BatchDataLoader):
+    """A `BatchDataLoader` over `PackedChunks` (a `TabularDask` subset's, or given): the rows stream from disk, never
+    all in memory. Each epoch the chunks' pieces are read in a new random order, `window` pieces are shuffled on the
+    device, and each piece read in replaces as many rows drawn at random from the window. Under torch.distributed
+    every rank reads its own equal share of the rows, so all ranks get the same number of batches."""
+    shards_by_rank = True   # a distributed wrapper must not wrap this loader: it already takes its rank's share
+
+    def __init__(self, dataset, bs=64, shuffle=False,
+                 window:int=32, # pieces shuffled together on the device: the more, the better mixed
+                 piece_rows:int|None=None, # rows read at a time (default: from `memory_budget`)
+                 memory_budget:int|str|None=None, # bytes the window and read-ahead may take (default: 1/4 of free)
+                 seed:int|None=None, # seed of the piece order (default: drawn from torch's generator each epoch)
+                 shard:bool|None=None, # take this rank's share under torch.distributed (default: when shuffling)
+                 **kwargs):
+        self.chunks = dataset if isinstance(dataset, PackedChunks) else dataset.chunks
+        if self.chunks is dataset and kwargs.get('after_batch') is None: kwargs['after_batch'] = []   # no names
+        if kwargs.get('wgts') is not None: raise ValueError("StreamDataLoader cannot sample by weight (wgts)")
+        if int(window) < 1: raise ValueError(f"window must be a positive number of pieces, got {window!r}")
+        self.window, self.seed, self.shard, self.epoch = int(window), seed, shard, 0
+        self.memory_budget, self._piece_rows = _bytes(memory_budget), piece_rows
+        kwargs.setdefault('indexed', True)   # fastai's test for shufflable datasets: ours are, a piece at a time
+        super().__init__(dataset, bs=bs, shuffle=shuffle, **kwargs)
+
+    @property
+    def piece_rows(self) -> int:
+        "Rows read at a time: the window, the piece being read and the one being drawn from fit in `memory_budget`."
+        if self._piece_rows: return int(self._piece_rows)
+        budget = self.memory_budget or free_memory(self.device or 'cpu', 0.25)
+        return max(budget // ((self.window + 4) * self.chunks.width * 4), 1024)
+
+    def to(self, device):
+        "Nothing moves: the rows go to `device` a piece at a time."
+        self.device = device
+        return self
+
+    @property
+    def rows(self): raise AttributeError("a StreamDataLoader holds no packed rows: they stream from its chunks")
+
+    def _sharded(self) -> tuple:
+        return rank_and_world() if (self.shuffle if self.shard is None else self.shard) else (0, 1)
+
+    def _rows_here(self) -> int:
+        rank, ws = self._sharded()
+        return -(-len(self.chunks) // ws)
+
+    def __len__(self):
+        n = self._rows_here()
+        return n // self.bs if self.drop_last else -(-n // self.bs)
+
+    def get_idxs(self):
+        "An epoch's row order: in order without shuffling (or sharding); a shuffled order is only drawn as it streams."
+        if self.shuffle or self._sharded()[1] > 1:
+            raise NotImplementedError("a shuffled or sharded StreamDataLoader draws its row order as it streams")
+        return torch.arange(len(self.chunks))
+
+    def _epoch_seed(self) -> int:
+        if self.seed is not None: return self.seed + self.epoch
+        s = [int(torch.randint(0, 2**62, (1,)))]
+        if self._sharded()[1] > 1: torch.distributed.broadcast_object_list(s, src=0)   # every rank, the same order
+        return s[0]
+
+    def _slices(self) -> list:
+        "This epoch's pieces `(file, start, stop)` for this rank."
+        pieces = self.chunks.pieces(self.piece_rows)
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self._epoch_seed())
+            pieces = [pieces[i] for i in torch.randperm(len(pieces), generator=g).tolist()]
+        rank, ws = self._sharded()
+        return _rank_slices(pieces, rank, ws)
+
+    def _shuffled(self, pieces):
+        """Rows of `pieces` in random order through a window of `self.window` pieces: once it is full, each piece read
+        in takes the places of as many rows drawn from it (the next run of one permutation of the window, so no row is
+        drawn twice), which go out as one gather."""
+        it, buf = iter(pieces), []
+        for p in it:
+            buf.append(p)
+            if len(buf) == self.window: break
+        if not buf: return
+        buf = torch.cat(buf) if len(buf) > 1 else buf[0]
+        dev = buf.device
+        perm, cur = torch.randperm(len(buf), device=dev), 0
+        for p in it:
+            if len(p) >= len(buf):   # a piece bigger than the window: flush the window, the piece becomes it
+                yield buf[perm]
+                buf, perm, cur = p, torch.randperm(len(p), device=dev), 0
+                continue
+            if cur + len(p) > len(buf): perm, cur = torch.randperm(len(buf), device=dev), 0
+            pos = perm[cur:cur + len(p)]
+            cur += len(p)
+            out = buf.index_select(0, pos)
+            buf.index_copy_(0, pos, p)
+            yield out
+        yield buf[torch.randperm(len(buf), device=dev)]
+
+    def _batches(self, runs):
+        "Runs of rows cut into batches of `bs`: slices of a run, or the pieces of several runs joined once."
+        parts, have = [], 0
+        for r in runs:
+            while len(r):
+                if not parts and len(r) >= self.bs:   # whole batches inside the run: views, no copy
+                    full = len(r) - len(r) % self.bs
+                    for i in range(0, full, self.bs): yield r[i:i + self.bs]
+                    r = r[full:]
+                    continue
+                k = min(self.bs - have, len(r))
+                parts.append(r[:k])
+                have, r = have + k, r[k:]
+                if have == self.bs:
+                    yield torch.cat(parts)
+                    parts, have = [], 0
+        if parts and not self.drop_last: yield torch.cat(parts)
+
+    def _stream(self):
+        if 'get_idxs' in self.__dict__:   # fastai's get_preds(reorder=True) pins the order get_idxs gave: in order
+            idxs = torch.as_tensor(self.get_idxs())
+            if self.shuffle or not torch.equal(idxs, torch.arange(len(idxs))) or len(idxs) != len(self.chunks):
+                raise NotImplementedError("a StreamDataLoader reads rows in its own order: get_idxs cannot change it")
+        slices = self._slices()
+        self.epoch += 1
+        reader = _Prefetch(self.chunks, slices, self.device or 'cpu')
+        try:
+            runs = self._shuffled(reader) if self.shuffle else reader
+            for b in self._batches(runs): yield unpack_rows(b, self.chunks.layout)
+        finally: reader.close()
+
+    def create_batches(self, samps): return self._stream()
+    def sample(self): return iter(())
+
+    def create_batch(self, idx):
+        "The rows at positions `idx` (a sample batch for fastai's `one_batch` machinery), read from the chunks."
+        return unpack_rows(self.chunks.take(torch.as_tensor(idx).cpu()).to(self.device or 'cpu'), self.chunks.layout)
+
+    def do_batch(self, b): return self.create_batch(b)
+
+    def __iter__(self):
+        self.randomize()
+        self.before_iter()
+        for b in self._stream(): yield self.after_batch(b)
+        self.after_iter()
+
+    def new(self, dataset=None, cls=None, **kwargs):
+        "Another loader like this one; over a dataset with packed rows in memory, a `BatchDataLoader` (e.g. `test_dl`)."
+        ds = self.dataset if dataset is None else dataset
+        if cls is None and not isinstance(ds, PackedChunks) and getattr(ds, 'chunks', None) is None:
+            return super().new(dataset, cls=BatchDataLoader, **kwargs)
+        kw = dict(window=self.window, piece_rows=self._piece_rows, memory_budget=self.memory_budget, seed=self.seed,
+                  shard=self.shard)
+        return super().new(dataset, cls, **{**kw, **kwargs})

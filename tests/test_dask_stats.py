@@ -1,0 +1,77 @@
+"""The exact statistics over partitions against numpy and pandas on the same values in memory, bit for bit."""
+import numpy as np, pandas as pd, pytest
+
+dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
+import dask.dataframe as dd
+import fastai_gpu_tabular.dask_stats as S
+from fastai_gpu_tabular.dask_stats import (SumPlan, exact_median, exact_mode, exact_moments, pairwise_sum,
+                                           quantile_from_counts)
+
+@pytest.fixture(autouse=True)
+def _sync():
+    with dask.config.set(scheduler='sync'): yield
+
+def _wide(rng, n, dt):
+    "Values over 1e-8..1e8 of both signs: their float sums change with the order of the additions."
+    return (np.exp(rng.standard_normal(n) * 6) * rng.choice([-1, 1], n)).astype(dt)
+
+def test_pairwise_sum_is_numpys():
+    "The replica that CuPy runs (here on NumPy arrays) adds in numpy's order: every length from 1 to 300, and longer."
+    rng = np.random.default_rng(0)
+    for n in [*range(1, 300), 1000, 8191, 8192, 8193, 70001]:
+        for dt in (np.float32, np.float64):
+            a = _wide(rng, n, dt)
+            assert pairwise_sum(a) == a.sum(), (n, dt)
+            m = np.stack([a, a[::-1].copy()])
+            assert (pairwise_sum(m) == m.sum(axis=1)).all()
+
+def test_sum_plan_over_any_cut():
+    "Sums of a float32 column (in float32, and cast to float64 through numpy's buffers), cut anywhere into partitions."
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        n = int(rng.integers(1, 30000))
+        a = _wide(rng, n, np.float32)
+        cuts = np.unique(np.r_[0, np.sort(rng.integers(0, n, rng.integers(0, 6))), n])
+        for cast, dt, want in ((False, np.dtype('f4'), a.sum()), (True, np.dtype('f8'), a.sum(dtype='f8'))):
+            plan, whole, shared = SumPlan(n, cast=cast), {}, {}
+            for s, e in zip(cuts[:-1], cuts[1:]):
+                w, sh = plan.pieces(int(s), int(e))
+                whole.update({k: a[k[1]:k[1] + k[2]].astype(dt).sum() for k in w})
+                for k in sh: shared.setdefault(k, []).append(a[max(k[1], s):min(k[1] + k[2], e)])
+            assert plan.total(whole, shared, dt) == want
+
+def test_moments_median_mode_against_pandas():
+    rng = np.random.default_rng(2)
+    n = 50_003
+    df = pd.DataFrame({'f32': _wide(rng, n, np.float32), 'f64': _wide(rng, n, np.float64),
+                       'i8': rng.integers(-100, 100, n).astype(np.int8), 'few': rng.integers(0, 6, n).astype(np.float32)})
+    df.loc[rng.random(n) < 0.2, ['f32', 'few']] = np.nan
+    ddf = dd.from_pandas(df, npartitions=7)
+    means, stds = exact_moments(ddf.to_delayed(), list(df.columns), dict(df.dtypes))
+    for c in df.columns:
+        assert means[c] == df.mean()[c] and type(means[c]) is type(df.mean()[c]), c
+        assert stds[c] == df.std(ddof=0)[c], c
+    med = exact_median(ddf.to_delayed(), ['f32', 'f64', 'i8'], dict(df.dtypes))
+    for c in med: assert med[c] == df[c].median() and type(med[c]) is type(df[c].median()), c
+    assert exact_mode(ddf.to_delayed(), ['few', 'i8']) == {c: df[c].dropna().value_counts().idxmax() for c in ('few', 'i8')}
+
+def test_quantile_from_counts():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        a = rng.zipf(1.7, rng.integers(1, 5000)).clip(max=200)
+        v, c = np.unique(a, return_counts=True)
+        for q in (0.0, 0.5, 0.99, 1.0): assert quantile_from_counts(v, c, q) == np.quantile(a, q)
+
+@pytest.mark.parametrize('end', [0, -1])
+def test_median_bracket_that_misses(monkeypatch, end):
+    "A sample that brackets the wrong values (each partition's smallest or largest): the bracket widens to the middle."
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame({'x': _wide(rng, 9_999, np.float32)})
+    ddf = dd.from_pandas(df, npartitions=5)
+    monkeypatch.setattr(S, '_sample', lambda part, cols, k, seed: {c: (len(part[c]), np.sort(part[c].to_numpy())[[end]]
+                                                                       .astype('f8')) for c in cols})
+    passes = []
+    orig = S._bracket
+    monkeypatch.setattr(S, '_bracket', lambda *a: passes.append(1) or orig(*a))
+    assert exact_median(ddf.to_delayed(), ['x'], dict(df.dtypes))['x'] == df['x'].median()
+    assert len(passes) == 2 * ddf.npartitions   # the bracket missed once, then held

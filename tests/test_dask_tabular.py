@@ -1,0 +1,215 @@
+"""`TabularGPU` over a Dask frame against fastai's `TabularPandas` (and our in-memory `TabularGPU`) on the same rows:
+the learned state bit for bit, the packed rows, test_dl/predict/export, and the errors."""
+import numpy as np, pandas as pd, pytest, torch
+
+dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
+import dask.dataframe as dd
+from fastai.tabular.all import (Categorify as FastaiCategorify, CategoryBlock, ColSplitter, FillMissing, FillStrategy,
+                                Normalize, RandomSplitter, TabularPandas, tabular_learner, load_learner)
+from fastai_gpu_tabular.all import BatchDataLoaders, Categorify, TabularDask, TabularGPU
+
+@pytest.fixture(autouse=True)
+def _sync():
+    with dask.config.set(scheduler='sync'): yield
+
+def _frame(n=4000, seed=0):
+    "Strings with None, a value only in validation rows, ints, float32/float64 spanning 1e-5..1e5 with NaN, a split."
+    rng = np.random.default_rng(seed)
+    wide = lambda: np.exp(rng.standard_normal(n) * 6) * rng.choice([-1, 1], n)   # float sums depend on their order
+    df = pd.DataFrame({
+        'city': rng.choice(['paris', 'oslo', 'lima', 'kyiv', None], n).astype(object),
+        'dept': rng.integers(0, 40, n),
+        'f32': wide().astype(np.float32), 'f64': wide(), 'i16': rng.integers(-3000, 3000, n).astype(np.int16),
+        'label': rng.choice(['no', 'yes'], n), 'is_valid': rng.random(n) < 0.25})
+    df.loc[rng.random(n) < 0.15, 'f32'] = np.nan
+    df.loc[rng.random(n) < 0.05, 'f64'] = np.nan
+    df.loc[df.index[df.is_valid][:3], 'city'] = 'quito'   # only in validation rows: fastai's category cast keeps it
+    return df
+
+CATS, CONTS = ['city', 'dept'], ['f32', 'f64', 'i16']
+
+def _both(df, npartitions=5, procs=lambda: [Categorify, FillMissing, Normalize], **kw):
+    "(TabularDask over `df` in partitions, TabularPandas over the same rows in memory, the Dask frame)."
+    ddf = dd.from_pandas(df, npartitions=npartitions)
+    mem = ddf.compute()   # the rows the partitions hold, with the dtypes Dask gave them
+    args = lambda: dict(cat_names=list(CATS), cont_names=list(CONTS), y_names='label', **kw)
+    to = TabularGPU(ddf, procs=procs(), splits='is_valid', **args())   # each its own procs: they hold the state
+    tp = TabularPandas(mem, procs=[FastaiCategorify if p is Categorify else p for p in procs()],
+                       splits=ColSplitter('is_valid')(mem), **args())
+    return to, tp, ddf
+
+def _same_state(to, tp):
+    "Vocabularies, fill values, means and stds: equal values of the same types (numpy float32 stays float32)."
+    assert list(to.classes) == list(tp.classes)
+    for n in tp.classes: assert list(to.classes[n]) == list(tp.classes[n]), n
+    for d in ('na_dict', 'means', 'stds'):
+        if not hasattr(tp, d): continue
+        a, b = getattr(to, d), getattr(tp, d)
+        assert list(a) == list(b), d
+        for k in b: assert a[k] == b[k] and type(a[k]) is type(b[k]), (d, k, a[k], b[k])
+    if hasattr(tp, 'vocab'): assert list(to.vocab) == list(tp.vocab)
+    assert list(to.cat_names) == list(tp.cat_names)
+
+@pytest.fixture(scope='module')
+def built():
+    with dask.config.set(scheduler='sync', **{'dataframe.convert-string': False}):   # object strings, as pandas 2 has
+        return _both(_frame())
+
+def test_state_is_fastais(built):
+    to, tp, _ = built
+    assert type(to) is TabularDask and len(to) == len(tp) and to.split == tp.split
+    _same_state(to, tp)
+    assert 'quito' in to.classes['city']   # object column: the vocabulary of fastai's all-rows category cast
+
+def test_sums_need_numpys_order(built):
+    "Adding up each partition's sum (in float32, or even in float64) misses pandas' mean here: the test above can fail."
+    _, tp, ddf = built
+    parts = [p.loc[~p.is_valid, 'f64'].astype('float32').fillna(tp.na_dict['f64']).to_numpy() for p in
+             (ddf.get_partition(i).compute() for i in range(ddf.npartitions))]
+    n = sum(map(len, parts))
+    assert np.float32(sum(p.sum() for p in parts) / np.float32(n)) != tp.means['f64']
+    assert np.float32(sum(p.sum(dtype='f8') for p in parts) / n) != tp.means['f64']
+
+def test_packed_rows_are_in_memorys(built):
+    "The chunks hold the rows the in-memory TabularGPU packs from the same frame: train rows, then validation rows."
+    to, _, ddf = built
+    mem = ddf.compute()
+    tg = TabularGPU(mem, procs=[Categorify, FillMissing, Normalize], cat_names=list(CATS), cont_names=list(CONTS),
+                    y_names='label', splits=ColSplitter('is_valid')(mem))
+    _same_state(to, tg)
+    rows = tg.packed_rows()[0]
+    assert torch.equal(to.train.packed_rows()[0], rows[:tg.split])
+    assert torch.equal(to.valid.packed_rows()[0], rows[tg.split:])
+    assert [c.layout for c in to.chunks] == [tg.packed_rows()[1]] * 2
+
+def test_arrow_strings_and_partitions():
+    "Dask's default pyarrow strings (vocabulary from the training rows), many partitions; one and no validation rows."
+    df = _frame(1500, seed=1)
+    to, tp, _ = _both(df, npartitions=7)
+    _same_state(to, tp)
+    to = TabularGPU(dd.from_pandas(df.drop(columns='is_valid'), npartitions=1), cat_names=list(CATS),
+                    procs=[Categorify, FillMissing, Normalize], cont_names=list(CONTS), y_names='label')
+    assert len(to.valid) == 0 and len(to.train) == len(df) and len(to.chunks[1]) == 0
+
+@pytest.mark.parametrize('fill', [FillStrategy.mode, FillStrategy.constant])
+def test_fill_strategies(fill):
+    df = _frame(1200, seed=2)
+    df['f32'] = np.round(df['f32'] / 1e3).astype(np.float32)   # few values: ties for the mode
+    fm = lambda: FillMissing(fill_strategy=fill, fill_vals={'f32': 7, 'f64': 0.5})
+    to, tp, _ = _both(df, procs=lambda: [Categorify, fm(), Normalize])
+    _same_state(to, tp)
+
+def test_without_reduce_memory_and_with_colsplitter_on():
+    "Training-row vocabularies everywhere, against the in-memory TabularGPU (fastai's fails to sort None with strings)."
+    df = _frame(1200, seed=3)
+    df['fold'] = np.where(df.is_valid, 'v', 't')
+    ddf = dd.from_pandas(df, npartitions=4)
+    mem = ddf.compute()
+    kw = lambda: dict(procs=[Categorify, FillMissing, Normalize], cat_names=list(CATS), cont_names=list(CONTS),
+                      y_names='label', reduce_memory=False)
+    to = TabularGPU(ddf, splits=ColSplitter('fold', on='v'), **kw())
+    tg = TabularGPU(mem, splits=ColSplitter('fold', on='v')(mem), **kw())
+    _same_state(to, tg)
+    assert 'quito' not in to.classes['city'] and to.items['f64'].dtype == np.float64   # nothing shrunk
+
+def test_min_freq_max_vocab():
+    "Our Categorify options give the in-memory TabularGPU's vocabularies (TabularPandas has neither option)."
+    df = _frame(2000, seed=4)
+    ddf = dd.from_pandas(df, npartitions=4)
+    mem = ddf.compute()
+    a = lambda: dict(procs=[Categorify(min_freq=35, max_vocab=12), FillMissing, Normalize], cat_names=list(CATS),
+                     cont_names=list(CONTS), y_names='label')
+    to, tg = TabularGPU(ddf, splits='is_valid', **a()), TabularGPU(mem, splits=ColSplitter('is_valid')(mem), **a())
+    _same_state(to, tg)
+    assert len(to.classes['dept']) == 13 and len(to.classes['city']) == 5   # max_vocab cut one, min_freq the other
+
+def test_multi_hot():
+    "List and separator-string multi-hot columns: the in-memory vocabulary, bag width and padded codes."
+    rng = np.random.default_rng(5)
+    n = 900
+    genres = ['drama', 'comedy', 'action', 'noir', 'sci-fi']
+    lists = [list(rng.choice(genres, rng.integers(0, 4), replace=False)) for _ in range(n)]
+    lists[5] = None
+    df = pd.DataFrame({'tags': lists, 'csv': ['|'.join(l) if l else None for l in lists], 'x': rng.random(n),
+                       'y': rng.random(n), 'is_valid': rng.random(n) < 0.3})
+    with dask.config.set({'dataframe.convert-string': False}):   # else Dask turns the lists into strings
+        ddf = dd.from_pandas(df, npartitions=3)
+    mem = ddf.compute()
+    a = lambda: dict(procs=[Categorify, Normalize], cat_names=['tags', 'csv'], cont_names=['x'], y_names='y',
+                     multi_hot={'csv': '|'})
+    to, tg = TabularGPU(ddf, splits='is_valid', **a()), TabularGPU(mem, splits=ColSplitter('is_valid')(mem), **a())
+    _same_state(to, tg)
+    assert to.bag_widths == tg.bag_widths == {'tags': 3, 'csv': 3}
+    rows = tg.packed_rows()[0]
+    assert torch.equal(to.train.packed_rows()[0], rows[:tg.split])
+    assert torch.equal(to.valid.packed_rows()[0], rows[tg.split:])
+
+def test_test_dl_predict_export(built, tmp_path):
+    "A pandas test frame through the Dask-built object gives the in-memory object's batches; predict; export loads."
+    to, _, ddf = built
+    mem = ddf.compute()
+    tg = TabularGPU(mem, procs=[Categorify, FillMissing, Normalize], cat_names=list(CATS), cont_names=list(CONTS),
+                    y_names='label', splits=ColSplitter('is_valid')(mem))
+    new = mem.iloc[:300].drop(columns='label')
+    dls, mdls = to.dataloaders(bs=64), tg.dataloaders(bs=64)
+    a, b = dls.test_dl(new), mdls.test_dl(new)
+    assert len(a) == len(b) == 5 and all(torch.equal(u, v) for x, y in zip(a, b) for u, v in zip(x, y))
+    learn = tabular_learner(dls, layers=[8])
+    learn.fit(1)
+    row, cls, probs = learn.predict(mem.iloc[0])
+    assert cls.item() in (0, 1) and probs.shape == (2,)
+    # the same model through streamed loaders: predictions in the same (chunk) order, batches shown decoded
+    sdls = to.dataloaders(bs=64, stream=True, piece_rows=200)
+    assert type(sdls.valid).__name__ == 'StreamDataLoader'
+    assert torch.equal(learn.get_preds(dl=sdls.valid)[0], learn.get_preds(dl=dls.valid)[0])
+    sdls.show_batch(max_n=3)
+    # a Dask test frame is processed into chunks of its own, and gives the same batches as the pandas one
+    xs, ys = list(dls.test_dl(dd.from_pandas(new, npartitions=2))), list(a)
+    assert len(xs) == len(ys) and all(torch.equal(u, v) for x, y in zip(xs, ys) for u, v in zip(x, y))
+    learn.export(tmp_path/'m.pkl')
+    assert b'dask' not in (tmp_path/'m.pkl').read_bytes()   # nothing of Dask (or the chunks) in the exported learner
+    back = load_learner(tmp_path/'m.pkl', cpu=True)
+    assert torch.allclose(back.get_preds(dl=back.dls.test_dl(new))[0], learn.get_preds(dl=learn.dls.test_dl(new))[0])
+
+def test_errors():
+    df = _frame(300, seed=6)
+    ddf = dd.from_pandas(df, npartitions=2)
+    kw = lambda: dict(procs=[Categorify, FillMissing, Normalize], cat_names=list(CATS), cont_names=list(CONTS),
+                      y_names='label')
+    with pytest.raises(TypeError, match='row\npositions|draws row'): TabularGPU(ddf, splits=RandomSplitter(), **kw())
+    with pytest.raises(TypeError, match='lists of row positions'): TabularGPU(ddf, splits=([0, 1], [2]), **kw())
+    with pytest.raises(KeyError, match="split column 'nope'"): TabularGPU(ddf, splits='nope', **kw())
+    with pytest.raises(TypeError, match="from_df splits by row positions"): BatchDataLoaders.from_df(ddf, **kw())
+    with pytest.raises(KeyError, match="'zz'"): TabularGPU(ddf, splits='is_valid', **{**kw(), 'cont_names': ['zz']})
+    bad = df.assign(label=df.label.where(df.index != 7))
+    with pytest.raises(ValueError, match="target column 'label' contains NaN"):
+        TabularGPU(dd.from_pandas(bad, npartitions=2), splits='is_valid', **kw())
+    with pytest.raises(ValueError, match="FillMissing"):
+        TabularGPU(ddf, splits='is_valid', **{**kw(), 'procs': [Categorify, Normalize]})
+    late = df.assign(label=np.where(df.is_valid & (df.index == df.index[df.is_valid][0]), 'maybe', df.label))
+    with pytest.raises(ValueError, match="labels not seen in the training rows, e.g. \\['maybe'\\]"):
+        TabularGPU(dd.from_pandas(late, npartitions=2), splits='is_valid', y_block=CategoryBlock(), **kw())
+    with pytest.raises(TypeError, match='no Dask implementation'):
+        TabularGPU(ddf, splits='is_valid', **{**kw(), 'procs': [Categorify, lambda to: to]})
+    # as in memory: `<cont>_na` names FillMissing makes are taken, others named; +-inf named before the long work
+    assert 'f32_na' in TabularGPU(ddf, splits='is_valid', **{**kw(), 'cat_names': CATS + ['f32_na']}).items.columns
+    with pytest.raises(KeyError, match="'i16' has no NaN in the training rows, so FillMissing makes no 'i16_na'"):
+        TabularGPU(ddf, splits='is_valid', **{**kw(), 'cat_names': CATS + ['i16_na']})
+    inf = df.assign(f64=df.f64.where(df.index != 5, -np.inf))
+    with pytest.raises(ValueError, match=r"hold \+-inf: 'f64' in 1 row\(s\)"):
+        TabularGPU(dd.from_pandas(inf, npartitions=2), splits='is_valid', **kw())
+    with pytest.raises(TypeError, match="continuous column 'f64' has dtype Float64"):
+        TabularGPU(dd.from_pandas(df.astype({'f64': 'Float64'}), npartitions=2), splits='is_valid', **kw())
+
+@pytest.mark.gpu
+def test_dask_cudf(built):
+    "cuDF partitions (dask-cudf): fastai's state bit for bit, and the codes the pandas partitions give."
+    pytest.importorskip('dask_cudf', reason='needs dask-cudf')
+    to, tp, ddf = built
+    with dask.config.set({'dataframe.convert-string': False}):
+        tc = TabularGPU(ddf.to_backend('cudf'), procs=[Categorify, FillMissing, Normalize], cat_names=list(CATS),
+                        cont_names=list(CONTS), y_names='label', splits='is_valid')
+    _same_state(tc, tp)
+    assert all(torch.equal(a.load(), b.load()) for a, b in zip(tc.chunks, to.chunks))
+    dls = tc.dataloaders(bs=512, device='cuda', stream=True, piece_rows=700)
+    assert sum(len(b[0]) for b in dls.train) == len(dls.train) * 512 and next(iter(dls.valid))[0].is_cuda
