@@ -76,7 +76,7 @@ def _power_law(rng, n, card, s=0.8):
     return np.minimum((1 + u * (hi - 1)) ** (1 / (1 - s)) - 1, card - 1).astype(np.int64)
 
 def make_criteo(n_rows:int, seed:int=0, max_card:int=1_000_000) -> pd.DataFrame:
-    """A seeded Criteo-like frame: `label` (about 25% clicks) that depends on the features, so AUC means something;
+    """A seeded Criteo-like frame: `label` (25-36% clicks, by seed and size) that depends on the features, so AUC means something;
     13 heavy-tailed counts `I1..I13` with 15-40% NaN; 26 categorical 8-hex-digit strings `C1..C26`, power-law
     distributed, cardinalities log-spaced from 10 to `max_card`, 0-30% missing."""
     rng = np.random.default_rng(seed)

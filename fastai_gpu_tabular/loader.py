@@ -61,6 +61,12 @@ class BatchDataLoader(TabDataLoader):
                              "no batch: lower bs (or val_bs), or pass drop_last=False")
         self.to(self.device)
 
+    def new(self, dataset=None, cls=None, **kwargs):
+        "fastai's `new`; the sampling weights stay while the rows they weigh do (`new(wgts=None)` drops them)"
+        same = (dataset is None or dataset is self.dataset) and issubclass(cls or type(self), BatchDataLoader)
+        if same and self.wgts is not None: kwargs.setdefault('wgts', self.wgts)
+        return super().new(dataset, cls, **kwargs)
+
     @property
     def rows(self) -> tuple:
         "The dataset's packed `(rows, layout)` on this loader's device (moved there once, then cached by the dataset)."

@@ -92,7 +92,7 @@ class FusedEmbedding(Module):
             offsets = (torch.arange(bs, device=x_cat.device)[:, None] * n + getattr(self, f'firsts{g}')).flatten()
             out = F.embedding_bag(idx, w, offsets.to(idx.dtype), mode=self.mode, sparse=self.sparse,
                                   padding_idx=grp['pad'])
-            outs.append(out.view(bs, -1))
+            outs.append(out.view(bs, len(grp['cols']) * w.shape[1]))   # explicit: a 0-row batch has no -1
         x = torch.cat(outs, 1) if len(outs) > 1 else outs[0]
         return x if self.in_order else x[:, self.perm]
 

@@ -99,6 +99,8 @@ def test_weighted_sampling(to):
     counts = np.bincount(rows, minlength=200)   # each row at its own rate (chi-square: a true sampler fails 1 in 1000)
     assert chisquare(counts, len(rows) * w[:200] / w.sum()).pvalue > 1e-3
     assert rows_of(dl.new(shuffle=False)) == list(range(2400))       # unshuffled: every row once, in order
+    assert np.array(rows_of(dl.new(bs=300))).max() < 200 and dl.new(bs=300).bs == 300   # `new` keeps the weights
+    assert dl.new(wgts=None).wgts is None and dl.new(to.valid).wgts is None           # unless told, or new rows
     with pytest.raises(ValueError, match='wgts has 5 entries for 2400 rows'): BatchDataLoader(to.train, bs=10, wgts=[1.]*5)
 
 def test_seeded_shuffles_repeat(to):

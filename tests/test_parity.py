@@ -4,6 +4,7 @@ import numpy as np, pytest
 from fastai.tabular.all import Categorify, FillMissing, FillStrategy, Normalize, RandomSplitter, TabularPandas, range_of
 from fastai_gpu_tabular.data import load_adult, load_flights, load_movielens, load_movielens_100k
 from fastai_gpu_tabular.all import TabularGPU
+from fastai_gpu_tabular.backend import is_str_dtype
 from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 
 PROCS = [Categorify, FillMissing, Normalize]
@@ -43,7 +44,8 @@ def test_real_dataset_parity(name, reduce_memory, backend):
     df, kw = _load(name)
     # fastai without reduce_memory keeps None as a category and then fails to sort it (None == None): give it NaN.
     # TabularGPU treats None as missing either way (test_none_is_missing).
-    if not reduce_memory: df = df.astype({c: object for c in df.select_dtypes('object')}).where(df.notna(), np.nan)
+    if not reduce_memory:
+        df = df.astype({c: object for c in df.columns if is_str_dtype(df[c].dtype)}).where(df.notna(), np.nan)
     splits = RandomSplitter(valid_pct=0.2, seed=42)(range_of(df))
     ref, ours = build_both(df, backend, procs=PROCS, splits=splits, reduce_memory=reduce_memory, **kw)
     assert_same_processing(ref, ours, exact=backend == 'pandas')

@@ -113,6 +113,8 @@ def test_fused_equals_unfused_and_exports(dls, prior, tmp_path):
     plain2.model.load_state_dict(mixed.model.unfused_state_dict())
     mixed.model.eval().to(dls.device); plain2.model.eval().to(dls.device)
     torch.testing.assert_close(mixed.model(*b[:2]), plain2.model(*b[:2]))
+    empty = [t[:0] for t in b[:2]]   # a 0-row batch (an empty test_dl): bags too
+    assert mixed.model(*empty).shape == plain2.model(*empty).shape == (0, dls.c)
 
 def test_fused_sparse_equals_unfused_sparse(dls, prior):
     """A fused table can be sparse as a whole: its rows get the lazy Adam update, the layers the dense optimizer, and
