@@ -169,7 +169,11 @@ class DistributedBatchDL(DistributedDL or TfmdDL):
 
 if DistributedDL is not None:
     def _new(cls, dl=None, *args, **kwargs):
-        "`DistributedDL(dl)` of a `BatchDataLoader` makes a `DistributedBatchDL` (which fastai's `_wrap_dl` passes on)."
+        """`DistributedDL(dl)` of a `BatchDataLoader` makes a `DistributedBatchDL` (which fastai's `_wrap_dl` passes on).
+        A loader that reads its rank's share itself (`shards_by_rank`: the `StreamDataLoader`) comes back unwrapped, moved
+        to `device` (the rank's, where fastai's `_wrap_dl` puts the model)."""
+        if cls is DistributedDL and getattr(dl, 'shards_by_rank', False):
+            return dl if kwargs.get('device') is None else dl.to(kwargs['device'])
         return object.__new__(DistributedBatchDL if cls is DistributedDL and isinstance(dl, BatchDataLoader) else cls)
     DistributedDL.__new__ = _new
 

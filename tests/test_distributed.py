@@ -117,7 +117,22 @@ def rank_main(out):
         init = state(learn)
         with learn.distrib_ctx(**ctx): learn.fit_one_cycle(1, 1e-2)
         res[kind] = dict(init=init, state=state(learn))
+    res['stream'] = stream_run(df, splits, ctx)
     torch.save(res, out/f'rank{rank_distrib()}.pt')
+
+def stream_run(df, splits, ctx):
+    "A Dask frame's loaders, streamed (TabularDask, StreamDataLoader) under distrib_ctx: what each rank trained on."
+    import dask, dask.dataframe as dd
+    df = df.drop(columns='tags').assign(is_valid=np.isin(np.arange(len(df)), splits[1]))
+    with dask.config.set(scheduler='sync'):
+        to = TabularGPU(dd.from_pandas(df, npartitions=4), procs=[Categorify, FillMissing], cat_names=CATS,
+                        cont_names=['rid'] + CONTS, y_names='income', splits='is_valid')
+    set_seed(0)
+    learn = tabular_learner(to.dataloaders(bs=BS, stream=True, seed=0), layers=[16], cbs=(rows := Rows()))
+    with learn.distrib_ctx(**ctx):
+        wrapped = type(DistributedDL(learn.dls.train)).__name__
+        learn.fit(1, 1e-2)
+    return dict(wrapped=wrapped, epochs=rows.epochs, lens=rows.lens, state=state(learn))
 
 if __name__ == '__main__':
     rank_main(sys.argv[1])
@@ -223,6 +238,21 @@ def test_rows_disjoint_and_covering(ranks):
         counts = Counter(torch.cat(e0 + e1).tolist())
         assert set(counts) == train and sum(counts.values()) == len(train) + len(train) % 2
         assert sum(len(x) for x in e0) == sum(len(x) for x in e1)
+
+def test_stream_loader_takes_its_own_share(ranks):
+    """distrib_ctx leaves a StreamDataLoader (a Dask frame's, streamed) unwrapped: it reads its rank's share of the
+    chunks itself. Both ranks get the same number of whole batches, from disjoint rows, and step alike."""
+    (r0,r1),_ = ranks
+    s0,s1 = r0['stream'],r1['stream']
+    assert s0['wrapped'] == s1['wrapped'] == 'StreamDataLoader'
+    n_train = len(frame()[1][0])
+    share = -(-n_train // 2)   # each rank ceil(n/2) rows of the epoch's piece order, in whole batches (drop_last)
+    assert s0['lens'] == s1['lens'] == [len(s0['epochs'][0])] == [len(s1['epochs'][0])] == [share // BS]
+    a,b = torch.cat(s0['epochs'][0]).tolist(),torch.cat(s1['epochs'][0]).tolist()
+    train = set(frame()[1][0])
+    assert len(set(a)) == len(a) and len(set(b)) == len(b) and set(a) | set(b) <= train
+    assert len(set(a) & set(b)) <= n_train % 2   # the last rank's share wraps round to the first rows
+    assert all(torch.equal(s0['state'][k], s1['state'][k]) for k in s0['state'])
 
 def test_same_weights_on_both_ranks(ranks):
     (r0,r1),_ = ranks

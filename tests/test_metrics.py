@@ -7,12 +7,12 @@ from types import SimpleNamespace
 import numpy as np, pandas as pd, pytest, torch
 import sklearn.metrics as skm
 from hypothesis import given, settings, strategies as st, HealthCheck
-from torch.overrides import TorchFunctionMode
 from fastai.tabular.all import (BCEWithLogitsLossFlat, CrossEntropyLossFlat, FillMissing, MSELossFlat, Normalize,
                                 RandomSplitter, RocAucBinary, noop, range_of, set_seed)
 from fastai_gpu_tabular.all import (AUC, HitRate, LogLoss, MRR, NDCG, Categorify, TabularGPU, binary_log_loss,
                                     group_position, rank_metrics, roc_auc, tabular_learner)
 from fastai_gpu_tabular.data import load_movielens_100k
+from host_sync import HostConversions
 
 HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -206,17 +206,6 @@ def test_group_position_and_errors():
     with pytest.raises(ValueError, match='k must be a positive int'): NDCG(0, group='user')
 
 # ---- no host conversion while accumulating --------------------------------------------------------------------------
-class HostConversions(TorchFunctionMode):
-    "Records every tensor->Python conversion or host copy: on CUDA each one waits for the device."
-    names = frozenset({'item', 'tolist', 'numpy', 'cpu', '__bool__', '__float__', '__int__', '__index__',
-                       '__complex__'})
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, '__name__', None) in self.names: self.seen.append(func.__name__)
-        return func(*args, **(kwargs or {}))
-
 def _metrics(): return [AUC(), LogLoss(), MRR(group='g'), NDCG(10, group='g'), HitRate(5, group='g')]
 
 def _batches(device='cpu', n=4):

@@ -5,7 +5,6 @@ from contextlib import nullcontext
 from pathlib import Path
 import numpy as np, pandas as pd, pytest, torch
 from torch import nn
-from torch.overrides import TorchFunctionMode
 from fastai.optimizer import Adam, Lamb as FastaiLamb
 from fastai.tabular.all import (Categorify, FillMissing, Normalize, RandomSplitter, TabularModel, TabularPandas,
                                 combined_cos, norm_bias_params, range_of, set_seed, tabular_learner)
@@ -13,6 +12,7 @@ import fastai_gpu_tabular
 from fastai_gpu_tabular.optimizer import (ExcludeFromAdaptation, Lamb, LambOptimizer, WDGroupsOptimWrapper, lamb,
                                           lamb_param_groups, no_wd_params, scale_lr, scale_wd, torch_optimizer_lamb,
                                           warmup_pct)
+from host_sync import HostConversions
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender', 'native-country']
@@ -176,17 +176,6 @@ def test_lamb_partial():
     assert opt.hypers[0] == dict(lr=3e-3, mom=0.8, sqr_mom=0.99, eps=1e-5, wd=0.05)
 
 # ---- no host synchronization --------------------------------------------------------------------------------------
-class HostConversions(TorchFunctionMode):
-    "Records every tensor->Python conversion: on CUDA each one waits for the device."
-    names = frozenset({'item', 'tolist', 'numpy', 'cpu', '__bool__', '__float__', '__int__', '__index__',
-                       '__complex__'})
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, '__name__', None) in self.names: self.seen.append(func.__name__)
-        return func(*args, **(kwargs or {}))
-
 def _count_conversions(opt_func, n_steps=3, no_adapt=False):
     model = _tab_model()
     opt = opt_func([list(model.embeds.parameters()), list(model.layers.parameters())], lr=1e-2, wd=0.1)
