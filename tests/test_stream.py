@@ -204,7 +204,8 @@ def test_out_of_core(tmp_path):
                        env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(p.stdout.strip().splitlines()[-1])
-    assert r['stream'] == 'StreamDataLoader' and r['frame'] > 4 * budget and r['packed'] > budget
+    # the frame in pandas: 153 MB of object strings on pandas 2, 43 MB of Arrow strings on pandas 3
+    assert r['stream'] == 'StreamDataLoader' and r['frame'] > 2 * budget and r['packed'] > budget
     assert r['seen'] == r['distinct'] == r['train'] and r['same'] and np.isfinite(r['loss'])
     if not r['reset']: pytest.skip("this kernel cannot reset the peak RSS (/proc/self/clear_refs): the memory bound "
                                    "is not measured; every row was seen once")
