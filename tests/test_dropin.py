@@ -1,6 +1,7 @@
 """TabularGPU as a drop-in for TabularPandas: what fastai's tabular.core and tabular.data notebooks show a user, run on
 both and compared; the `_na` names and `iloc` rows that used to break; the errors for +-inf and for a non-frame."""
 import pickle
+from unittest.mock import patch
 from collections import defaultdict
 import numpy as np, pandas as pd, pytest, torch
 from fastai.data.block import MultiCategoryBlock
@@ -449,11 +450,14 @@ def test_from_csv_skipinitialspace(df, tmp_path):
 def test_from_df_default_names(df):
     "Without cont_names, from_df takes every other column; without cat_names, none (set order: see README)."
     d = df[['age', 'fnlwgt', 'hours-per-week', 'income']]
-    r = TabularDataLoaders.from_df(d.copy(), procs=[Normalize], y_names='income', valid_idx=list(range(100)), bs=64)
+    # fastai's from_df up to its loaders: on pandas 3 they fail for some orders of the set-ordered conts (negative
+    # strides), which vary with the string hash seed; the names and the processed rows are what this test compares
+    with patch.object(TabularPandas, 'dataloaders', lambda self, **kwargs: self):
+        r = TabularDataLoaders.from_df(d.copy(), procs=[Normalize], y_names='income', valid_idx=list(range(100)), bs=64)
     o = BatchDataLoaders.from_df(d, procs=[Normalize], y_names='income', valid_idx=list(range(100)), bs=64)
     assert list(o.cat_names) == list(r.cat_names) == [] and set(o.cont_names) == set(r.cont_names)
     assert list(o.cont_names) == ['age', 'fnlwgt', 'hours-per-week']      # the frame's order (fastai: a set's)
-    assert_same_values(o.train_ds.items, r.train_ds.items, ['age', 'fnlwgt', 'hours-per-week', 'income'])
+    assert_same_values(o.train_ds.items, r.train.items, ['age', 'fnlwgt', 'hours-per-week', 'income'])
 
 def test_dataloaders_arguments(df, backend):
     "`to.dataloaders(bs, val_bs, shuffle_train, drop_last)` and the DataLoaders' attributes."
