@@ -12,7 +12,7 @@ from fastai.tabular.core import FillMissing, FillStrategy
 
 from .backend import encode_codes, explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
 from .dask_stats import _delayed, _result_type, compute, exact_median, exact_mode, exact_moments, quantile_from_counts
-from .procs import Categorify, _register, category_map
+from .procs import Categorify, _register, category_map, keep_frequent
 
 __all__ = ['register_dask_procs']
 
@@ -62,14 +62,6 @@ def _encodes(self, to):
     return to
 
 # --- Categorify ---------------------------------------------------------------------------------------------------
-def _frequent(vals:list, counts, min_freq, max_vocab) -> list:
-    "`procs.freq_values`' rule on counts made: at least `min_freq`, the `max_vocab` most frequent, in `vals` order."
-    counts = counts.astype('int64').reindex(pd.Index(vals, dtype=object)).fillna(0).to_numpy()
-    keep = np.flatnonzero(counts >= (min_freq or 1))
-    if max_vocab is not None and len(keep) > max_vocab:
-        keep = np.sort(keep[np.argsort(-counts[keep], kind='stable')[:max_vocab]])
-    return [vals[i] for i in keep]
-
 def _lens_hist(part, n):
     "How many rows of the partition have lists of each length (a missing list counts 1, as `explode_lists` says)."
     return np.bincount(to_host(explode_lists(part[n])[1]))
@@ -112,7 +104,7 @@ def _categorify_setups(self, to):
         if n in got: got[n] = to_pandas(got[n])
         vals = fixed[n]
         if vals is None: vals = sorted_uniques(pd.Series(got[n].index if mf or mv else got[n].to_numpy(), name=n))
-        self.classes[n] = category_map(_frequent(vals, got[n], mf, mv) if mf or mv else vals)
+        self.classes[n] = category_map(keep_frequent(vals, got[n], mf, mv) if mf or mv else vals)
         if n in hists:
             h = hists[n]
             hist = np.zeros(max(len(x) for x in h), np.int64)
@@ -123,7 +115,7 @@ def _categorify_setups(self, to):
 def _fillmissing_setups(self, to):
     strategy = getattr(FillStrategy, self.fill_strategy) if isinstance(self.fill_strategy, str) else self.fill_strategy
     conts = list(to.cont_names)
-    nan_train, nan_all = (to_pandas(s) for s in compute(to.cols(conts).isna().any(), to.full_items[conts].isna().any()))
+    nan_train, nan_all = to._nan_flags   # counted by `_before_procs`, in its pass over the continuous columns
     missing = [n for n in conts if nan_train[n]]
     late = [n for n in conts if nan_all[n] and not nan_train[n]]
     if late: raise ValueError(f"continuous column(s) {late} contain NaN, but had none in the training rows, so "

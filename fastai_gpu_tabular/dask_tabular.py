@@ -132,21 +132,22 @@ class TabularDask(TabularGPU):
         if split: tasks['valid'] = valid_mask(items[split], on).sum()
         if reduce_memory and num: tasks['min'], tasks['max'] = items[num].min(), items[num].max()
         if ys: tasks['ynan'] = items[ys].isna().any()
+        # object/str cat columns (fastai's category cast, by dtype alone): their values over all rows are their
+        # vocabulary, read in this same pass
+        proxy = to_pandas(items._meta_nonempty[named]).iloc[:2].reset_index(drop=True)
+        cats = [c for c,t in self._shrink_dtypes(proxy, cat_names, cont_names, y_names).items()
+                if t == 'category' and c in cat_names] if reduce_memory else []
+        for c in cats: tasks[('uniq', c)] = items[c].unique(split_out=1)
         res = {k: to_pandas(v) for k,v in zip(tasks, compute(*tasks.values()))}
         lens, vocab = np.array([res['rows'] - res.get('valid', 0), res.get('valid', 0)], dtype=np.int64), {}
         if ys and res['ynan'].any():
             raise ValueError(f"target column {res['ynan'][res['ynan']].index[0]!r} contains NaN/null: drop or fill "
                              "those rows (or drop the column for unlabelled data)")
         if not reduce_memory: return items, lens, vocab
-        # fastai's df_shrink_dtypes on a stand-in frame: each column's dtype, and its min and max where they matter
-        proxy = to_pandas(items._meta_nonempty[named]).iloc[:2].reset_index(drop=True)
+        # fastai's df_shrink_dtypes on the stand-in frame: each column's dtype, and its min and max where they matter
         for c in num: proxy[c] = pd.Series([res['min'][c], res['max'][c]]).astype(meta[c].dtype)
         casts = self._shrink_dtypes(proxy, cat_names, cont_names, y_names)
-        # object/str cat columns: fastai's category cast over all rows is their vocabulary; the others keep theirs
-        cats = [c for c,t in casts.items() if t == 'category' and c in cat_names]
-        if cats:
-            uniq = compute(*[items[c].unique(split_out=1) for c in cats])
-            vocab = {c: sorted_uniques(to_pandas(u).rename(c)) for c,u in zip(cats, uniq)}
+        vocab = {c: sorted_uniques(res[('uniq', c)].rename(c)) for c in cats}
         casts = {c: t for c,t in casts.items() if t != 'category'}
         return (items.astype(casts) if casts else items), lens, vocab
 
@@ -196,11 +197,14 @@ class TabularDask(TabularGPU):
         """Bad input fails here, naming the columns, before the long work: +-inf, NaN that no FillMissing will fill, and
         `<cont>_na` names FillMissing will not make; one pass over the continuous columns."""
         self._packed = {}
+        self._nan_flags = (pd.Series(dtype=bool),) * 2   # (in the training rows, in all rows): FillMissing reads them
         if not len(self.cont_names): return
         x = self.items[list(self.cont_names)]
         train = x if self.split_col is None else x[~valid_mask(self.items[self.split_col], self.split_on)]
         floats = [c for c in x.columns if x[c].dtype.kind == 'f']
-        nan, train_nan, inf = compute(x.isna().any(), train.isna().any(), (x[floats].abs() == np.inf).sum())
+        nan, train_nan, inf = (to_pandas(r) for r in compute(x.isna().any(), train.isna().any(),
+                                                             (x[floats].abs() == np.inf).sum()))
+        self._nan_flags = (train_nan, nan)
         _check_inf(inf.to_dict())
         if not self._has(FillMissing) and nan.any():
             raise ValueError(f"continuous column(s) {list(nan[nan].index)} contain NaN and `procs` has no "
@@ -236,10 +240,9 @@ class TabularDask(TabularGPU):
         "`(rows, layout)` of this subset's chunks loaded whole on `device` (the resident path: they must fit)."
         device = torch.device(device if device is not None else 'cpu')
         if self.chunks is None: raise RuntimeError("this TabularDask is not processed yet: call `process()`")
+        if self._which is not None: return self.chunks.packed_rows(device)   # cached there, for every subset object
         if device not in self._packed:
-            parts = [self.chunks] if self._which is not None else list(self.chunks)
-            rows = torch.cat([c.load(device) for c in parts]) if len(parts) > 1 else parts[0].load(device)
-            self._packed[device] = (rows, parts[0].layout)
+            self._packed[device] = (torch.cat([c.load(device) for c in self.chunks]), self.chunks[0].layout)
         return self._packed[device]
 
     def dataloaders(self, bs=64, shuffle=True, val_bs=None, device=None, drop_last=None, path='.',

@@ -13,7 +13,7 @@ from fastai.callback.core import Callback
 from fastai.callback.schedule import LRFinder
 from fastai.data.core import TfmdDL
 from fastai.learner import Learner
-from fastai.torch_core import apply, maybe_gather, num_distrib, to_detach, to_device
+from fastai.torch_core import apply, get_model, maybe_gather, num_distrib, to_detach, to_device
 
 from .loader import BatchDataLoader, _gather
 
@@ -169,9 +169,9 @@ class DistributedBatchDL(DistributedDL or TfmdDL):
 
 if DistributedDL is not None:
     def _new(cls, dl=None, *args, **kwargs):
-        """`DistributedDL(dl)` of a `BatchDataLoader` makes a `DistributedBatchDL` (which fastai's `_wrap_dl` passes on).
-        A loader that reads its rank's share itself (`shards_by_rank`: the `StreamDataLoader`) comes back unwrapped, moved
-        to `device` (the rank's, where fastai's `_wrap_dl` puts the model)."""
+        """`DistributedDL(dl)` of a `BatchDataLoader` makes a `DistributedBatchDL` (which fastai's `_wrap_dl` passes
+        on). A loader that reads its rank's share itself (`shards_by_rank`: the `StreamDataLoader`) comes back
+        unwrapped, moved to `device` (the rank's, where fastai's `_wrap_dl` puts the model)."""
         if cls is DistributedDL and getattr(dl, 'shards_by_rank', False):
             return dl if kwargs.get('device') is None else dl.to(kwargs['device'])
         return object.__new__(DistributedBatchDL if cls is DistributedDL and isinstance(dl, BatchDataLoader) else cls)
@@ -182,7 +182,6 @@ def _distributed(learn) -> bool:
     return (DistributedTrainer is not None and num_distrib() > 1
             and any(isinstance(cb, DistributedTrainer) for cb in learn.cbs))
 
-def _module(model): return model.module if isinstance(model, DistributedDataParallel) else model
 
 def _host_copy(x):
     "A copy of a (nested) state dict with its tensors on the host."
@@ -247,13 +246,13 @@ class DistributedLRFind(Callback):
         lrf = [cb for cb in self.learn.cbs if isinstance(cb, LRFinder)]
         if not (lrf and _distributed(self.learn)): return
         self.learn.n_epoch = max(self.learn.n_epoch, lrf[0].num_it // len(self.dls.train) + 1)
-        self.state = _host_copy(_module(self.model).state_dict()),_host_copy(self.opt.state_dict())
+        self.state = _host_copy(get_model(self.model).state_dict()),_host_copy(self.opt.state_dict())
 
     def after_fit(self):
         if self.state is None: return
         for cb in self.learn.cbs:
             if isinstance(cb, LRFinder) and hasattr(cb, 'tmp_d'): cb.tmp_d.cleanup()
-        m = _module(self.model)
+        m = get_model(self.model)
         m.load_state_dict(self.state[0])
         self.opt.load_state_dict(to_device(self.state[1], next(m.parameters()).device))   # as `learn.load` maps it
         self.state = None

@@ -11,6 +11,8 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
 
+from .loader import _cat_widths
+
 __all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
 
 NA_STRING = '#na#'   # what a client sends for a missing string: ONNX string tensors cannot hold a null
@@ -64,7 +66,6 @@ def export_model(learn, path=None, batch=None):
     return ep
 
 # --- the procs as ONNX ops ------------------------------------------------------------------------------------------
-def _cat_widths(to): return to.cat_widths() if hasattr(to, 'cat_widths') else [1] * len(to.cat_names)
 
 def _procs(to) -> dict:
     "The procs by kind; anything but fastai's Categorify/FillMissing/Normalize and the target's procs is an error."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import numpy as np
 
-from .loader import _gather
+from .loader import _cat_widths
 
 __all__ = ['to_tf', 'as_keras_dataset', 'keras_inputs', 'bag_embedding']
 
@@ -21,7 +21,7 @@ def to_tf(batch):
 
 def _columns(to) -> list:
     "`(name, start, stop, kind)` of each column in the packed `(cats, conts)`: 'cat' (multi-hot blocks too) or 'cont'."
-    widths = to.cat_widths() if hasattr(to, 'cat_widths') else [1] * len(to.cat_names)
+    widths = _cat_widths(to)
     starts = np.cumsum([0] + widths)
     return ([(n, int(a), int(b), 'cat') for n,a,b in zip(to.cat_names, starts[:-1], starts[1:])]
             + [(n, j, j+1, 'cont') for j,n in enumerate(to.cont_names)])
@@ -44,16 +44,13 @@ def _dataset_cls():
             self.order = dl._own_order()   # the loader's own: a permutation, a weighted draw, or None (in order)
 
         @property
-        def num_batches(self):
-            n = self.dl.n
-            return n // self.dl.bs if self.dl.drop_last else -(-n // self.dl.bs)
-
-        def __len__(self): return self.num_batches
+        def num_batches(self): return len(self.dl)
+        def __len__(self): return len(self.dl)
 
         def __getitem__(self, i):
             if not 0 <= i < self.num_batches: raise IndexError(f"batch {i} of {self.num_batches}")
             a,b = i * self.dl.bs, min((i + 1) * self.dl.bs, self.dl.n)
-            cats,conts,*ys = _gather(*self.dl.rows, slice(a, b) if self.order is None else self.order[a:b])
+            cats,conts,*ys = self.dl.create_batch(slice(a, b) if self.order is None else self.order[a:b])
             x = self.convert({n: (cats if kind == 'cat' else conts)[:, s:e] for n,s,e,kind in self.cols})
             return (x, self.convert(ys[0])) if ys else (x,)
 

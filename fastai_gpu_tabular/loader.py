@@ -30,7 +30,7 @@ class ReadTabBatchGPU(ReadTabBatch):
         arrs = [a[:, None] if a.ndim == 1 else a for a in to_np(o)]
         to,cols,j = self.to,{},0
         bags = getattr(to, 'bag_widths', {})
-        for n,w in zip(to.cat_names, getattr(to, 'cat_widths', lambda: [1] * len(to.cat_names))()):
+        for n,w in zip(to.cat_names, _cat_widths(to)):
             block = arrs[0][:, j:j+w]
             if n in bags:
                 items = to.classes[n].items
@@ -41,6 +41,10 @@ class ReadTabBatchGPU(ReadTabBatch):
         vals = np.concatenate(rest, axis=1) if rest else np.zeros((len(arrs[0]), 0))
         for name,k in zip(list(to.cont_names) + list(to.y_names), range(vals.shape[1])): cols[name] = vals[:, k]
         return to.new(pd.DataFrame(cols))
+
+def _cat_widths(to) -> list:
+    "Codes each cat column takes in a packed row: `TabularGPU`'s (a multi-hot column, its bag width), else one each."
+    return to.cat_widths() if hasattr(to, 'cat_widths') else [1] * len(to.cat_names)
 
 @delegates()
 class BatchDataLoader(TabDataLoader):

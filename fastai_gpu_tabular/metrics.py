@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 from fastai.learner import Metric
 
+from .loader import _cat_widths
+
 __all__ = ['roc_auc', 'binary_log_loss', 'rank_metrics', 'RANK_METRICS', 'binary_scores', 'group_position',
            'AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate']
 
@@ -269,7 +271,7 @@ def group_position(to, name) -> int:
     "The column of cat `name` in a batch's `x_cat` of `to` (a TabularGPU's multi-hot columns take several)."
     names = list(getattr(to, 'cat_names', []))
     if name not in names: raise ValueError(f"group column {name!r} is not one of the cat columns {names}")
-    widths = to.cat_widths() if hasattr(to, 'cat_widths') else [1] * len(names)
+    widths = _cat_widths(to)
     i = names.index(name)
     if widths[i] != 1: raise ValueError(f"group column {name!r} is multi-hot: a group is one value per row")
     return sum(widths[:i])

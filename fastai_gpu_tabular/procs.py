@@ -13,7 +13,8 @@ from fastai.tabular.core import FillMissing, FillStrategy, Tabular
 from .backend import (encode_codes, explode_lists, holds_py_bools, host_scalar, is_cudf, mode_value, sorted_uniques,
                       take_values, to_host)
 
-__all__ = ['Categorify', 'register_procs', 'category_map', 'fill_nan_check', 'freq_values', 'bag_width']
+__all__ = ['Categorify', 'register_procs', 'category_map', 'fill_nan_check', 'freq_values', 'keep_frequent',
+           'bag_width']
 
 class Categorify(fatc.Categorify):
     """fastai's `Categorify`, plus two options for huge ID columns: values seen fewer than `min_freq` times in the
@@ -55,8 +56,12 @@ def _cat_values(col, strict=False) -> list:
 def freq_values(col, min_freq=None, max_vocab=None) -> list:
     """The vocabulary `Categorify(min_freq, max_vocab)` keeps from `col`: values counted at least `min_freq` times,
     the `max_vocab` most frequent of them (ties go to the earlier value), in fastai's order (categories', else sorted)."""
-    vals = _cat_values(col)
-    counts = to_host(col.value_counts(dropna=True)).reindex(pd.Index(vals, dtype=object)).fillna(0).to_numpy()
+    return keep_frequent(_cat_values(col), to_host(col.value_counts(dropna=True)), min_freq, max_vocab)
+
+def keep_frequent(vals:list, counts, min_freq=None, max_vocab=None) -> list:
+    """The values of `vals`, in its order, counted (`counts`: a host Series by value) at least `min_freq` times: the
+    `max_vocab` most frequent of them (ties go to the earlier value)."""
+    counts = counts.astype('int64').reindex(pd.Index(vals, dtype=object)).fillna(0).to_numpy()
     keep = np.flatnonzero(counts >= (min_freq or 1))
     if max_vocab is not None and len(keep) > max_vocab:
         keep = np.sort(keep[np.argsort(-counts[keep], kind='stable')[:max_vocab]])

@@ -43,15 +43,18 @@ def _fit(to, **kwargs):
     with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
     return learn
 
+def _first_90pct(df, **kwargs):
+    "`(cut, TabularGPU)` on the first 90% of `df`'s rows, the last 2,000 of them validating; the rest is held out."
+    cut = int(len(df) * 0.9)
+    return cut, TabularGPU(df.iloc[:cut], procs=[Categorify, FillMissing, Normalize],
+                           splits=(list(range(cut - 2000)), list(range(cut - 2000, cut))), **kwargs)
+
 @pytest.fixture(scope='module')
 def clas(tmp_path_factory):
     "A classifier: int, string, float and bool categories, genres as a space-separated string, NaN in two conts."
     df = _movielens(genres_as_list=False)
-    cut = int(len(df) * 0.9)
-    to = TabularGPU(df.iloc[:cut], procs=[Categorify, FillMissing, Normalize],
-                    cat_names=['user_id', 'item_id', 'genres', 'occupation', 'zip_code', 'decade', 'male'],
-                    cont_names=['age', 'release_year', 'timestamp'], y_names='liked', multi_hot={'genres': ' '},
-                    splits=(list(range(cut - 2000)), list(range(cut - 2000, cut))))
+    cut, to = _first_90pct(df, cat_names=['user_id', 'item_id', 'genres', 'occupation', 'zip_code', 'decade', 'male'],
+                           cont_names=['age', 'release_year', 'timestamp'], y_names='liked', multi_hot={'genres': ' '})
     learn = _fit(to)
     d = tmp_path_factory.mktemp('clas')
     learn.export(d/'learn.pkl')   # export from the reloaded learner: its learned state is all the graph needs
@@ -62,10 +65,8 @@ def clas(tmp_path_factory):
 def regr(tmp_path_factory):
     "A regression on the rating with y_range, fused tables, genres as a list column, summed bags."
     df = _movielens(genres_as_list=True)
-    cut = int(len(df) * 0.9)
-    to = TabularGPU(df.iloc[:cut], procs=[Categorify, FillMissing, Normalize],
-                    cat_names=['user_id', 'item_id', 'genres', 'gender'], cont_names=['age', 'release_year'],
-                    y_names='rating', splits=(list(range(cut - 2000)), list(range(cut - 2000, cut))))
+    cut, to = _first_90pct(df, cat_names=['user_id', 'item_id', 'genres', 'gender'], cont_names=['age', 'release_year'],
+                           y_names='rating')
     learn = _fit(to, y_range=(0.5, 5.5), fused=True, emb_szs=8, bag_mode='sum')
     path = export_onnx(learn, tmp_path_factory.mktemp('regr')/'regr.onnx', list_sep='|')
     return learn, path, _held_out(df, cut, 'list')

@@ -43,7 +43,7 @@ from .report import fmt, ratio, table
 from .timing import bare_epoch, gather_bandwidth, time_loader
 
 __all__ = ['CONTENDERS', 'SCHEMA_VERSION', 'run_contender', 'held_memory', 'compute_ratios', 'check_targets',
-           'format_table', 'plot_ratios', 'run_bench', 'worker']
+           'format_table', 'plot_ratios', 'run_bench', 'run_child', 'worker']
 
 CONTENDERS = ('stock_weighted', 'stock_shuffle', 'gpu_pandas', 'gpu_cudf')
 REFERENCES = ('stock_shuffle', 'stock_weighted')
@@ -472,12 +472,15 @@ def _spawn(name, opts, data, no_train=False) -> dict:
         o = {**vars(opts), 'data': str(data), 'no_train': opts.no_train or no_train}
         Path(d, 'opts.json').write_text(json.dumps(o))
         cmd = [sys.executable, '-m', 'fastai_gpu_tabular.bench', '--worker', name, '--worker-dir', d]
-        try: p = subprocess.run(cmd, timeout=opts.timeout, check=False)
-        except subprocess.TimeoutExpired: return {'status': 'failed', 'reason': f'timed out after {opts.timeout} s'}
-        out = Path(d, 'result.json')
-        if out.exists(): return json.loads(out.read_text())
-        why = ' (killed: out of memory?)' if p.returncode in (-9, 137) else ''
-        return {'status': 'failed', 'reason': f'the worker exited with code {p.returncode}{why} and wrote no result'}
+        return run_child(cmd, opts.timeout, Path(d, 'result.json'))
+
+def run_child(cmd, timeout, out) -> dict:
+    "Run `cmd` and read the JSON record it writes to `out`; a crash or a timeout becomes a 'failed' record."
+    try: p = subprocess.run(cmd, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired: return {'status': 'failed', 'reason': f'timed out after {timeout} s'}
+    if Path(out).exists(): return json.loads(Path(out).read_text())
+    why = ' (killed: out of memory?)' if p.returncode in (-9, 137) else ''
+    return {'status': 'failed', 'reason': f'the worker exited with code {p.returncode}{why} and wrote no result'}
 
 def worker(name, d):
     o = json.loads(Path(d, 'opts.json').read_text())

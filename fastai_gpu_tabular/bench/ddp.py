@@ -4,7 +4,9 @@ from __future__ import annotations
 import json, os, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 
+from .cli import _ints, _names
 from .report import table
+from .timing import _epoch
 
 __all__ = ['ddp_suite', 'run', 'format_table', 'add_args']
 
@@ -48,16 +50,6 @@ def _fastai_ddl():
             return self.dl.create_batches(idxs)
     return FastaiDDL
 
-def _epoch(dl, device) -> tuple:
-    "One pass over `dl`, reading each batch as a step would: `(seconds, batches, rows)`."
-    from .machine import sync
-    t0,nb,rows = time.perf_counter(),0,0
-    for b in dl:
-        b[0][-1].sum()
-        nb,rows = nb + 1,rows + len(b[0])
-    sync(device)
-    return time.perf_counter() - t0, nb, rows
-
 def _worker(args, out):
     """One rank: each contender's warm-up epochs in turn (its peak RSS), then the timed epochs in rounds, one epoch of
     each contender a round, so that the shared machine's drift touches them alike."""
@@ -81,14 +73,14 @@ def _worker(args, out):
     assert 'ours' not in loaders or type(loaders['ours']) is DistributedBatchDL   # what distrib_ctx would make
     for c,d in loaders.items():
         rss.reset()
-        for _ in range(a['warmup']): _epoch(d, device)
+        for _ in range(a['warmup']): _epoch(d, float('inf'), device)
         res[c] = dict(epoch_s=[], len=len(d), peak_rss_mb=round(rss.peak(), 1))
     for e in range(a['epochs']):
         for c,d in loaders.items():
             spent = torch.tensor([sum(res[c]['epoch_s'])], device=device)
             dist.all_reduce(spent, op=dist.ReduceOp.MAX)   # every rank skips alike, and they start together
             if e and spent.item() > a['max_s']: continue
-            t,nb,n = _epoch(d, device)
+            t,n,nb = _epoch(d, float('inf'), device)[:3]
             res[c]['epoch_s'].append(round(t, 4))
             res[c].update(batches=nb, rows=n)
     (Path(out)/f'rank{rank_distrib()}.json').write_text(json.dumps(res))
@@ -132,16 +124,16 @@ def ddp_suite(rows=(1_000_000, 10_000_000), bs=65536, nproc=2, device='cpu', con
 
 def add_args(group):
     a = group.add_argument
-    a('--ddp-rows', default='1000000,10000000', help='row counts, comma separated (default 1M and 10M)')
+    a('--ddp-rows', type=_ints, default=[1_000_000, 10_000_000], help='row counts, comma separated (default 1M,10M)')
     a('--ddp-bs', type=int, default=65536, help='batch size per rank')
     a('--ddp-nproc', type=int, default=2, help='processes (ranks); with --device cuda at most one per GPU')
-    a('--ddp-contenders', default=','.join(CONTENDERS), help=f'a subset of {",".join(CONTENDERS)}')
+    a('--ddp-contenders', type=_names, default=list(CONTENDERS), help=f'a subset of {",".join(CONTENDERS)}')
     a('--ddp-epochs', type=int, default=2, help='timed epochs per contender (after one warm-up epoch)')
     a('--ddp-max-s', type=float, default=120., help='no more timed epochs of a contender once they took this long')
 
 def run(opts) -> dict:
-    return ddp_suite(rows=[int(float(x)) for x in opts.ddp_rows.split(',') if x], bs=opts.ddp_bs, nproc=opts.ddp_nproc,
-                     device=opts.device, contenders=[c for c in opts.ddp_contenders.split(',') if c],
+    return ddp_suite(rows=opts.ddp_rows, bs=opts.ddp_bs, nproc=opts.ddp_nproc, device=opts.device,
+                     contenders=opts.ddp_contenders,
                      epochs=opts.ddp_epochs, max_s=opts.ddp_max_s, threads=opts.threads or 1, timeout=opts.timeout)
 
 def format_table(res) -> str:

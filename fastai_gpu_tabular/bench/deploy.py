@@ -4,6 +4,7 @@ from __future__ import annotations
 import tempfile, time, warnings
 from pathlib import Path
 
+from .machine import MB
 from .report import fmt, ratio, table
 
 __all__ = ['deploy_suite', 'run', 'format_table', 'add_args']
@@ -83,7 +84,7 @@ def deploy_suite(n_train=80_000, n_infer=20_000, n_predict=200, bs=8192, reps=3,
         t0 = time.perf_counter()
         path = export_onnx(learn, Path(d)/'model.onnx')
         res['export_s'] = round(time.perf_counter() - t0, 2)
-        res['onnx_mb'] = round(path.stat().st_size / 2**20, 2)
+        res['onnx_mb'] = round(path.stat().st_size / MB, 2)
         sess = _session(path, threads)
     feed = onnx_inputs(rows, sess)
     ort_preds = sess.run(None, feed)[0]

@@ -2,9 +2,11 @@
 the same parquet parts, the stream against the resident loader, and the stream's shuffle quality."""
 from __future__ import annotations
 
-import json, os, subprocess, sys, tempfile, time
+import json, os, sys, tempfile, time
 from pathlib import Path
 
+from .cli import _ints, _names
+from .contenders import run_child
 from .machine import MB, RSSMeter
 from .report import fmt, ratio, table
 from .timing import time_loader
@@ -15,13 +17,13 @@ ETLS = ('fastai', 'memory', 'dask')
 
 def add_args(g):
     a = g.add_argument
-    a('--scale-rows', type=lambda s: [int(float(x)) for x in s.split(',')], default=[1_000_000, 10_000_000],
+    a('--scale-rows', type=_ints, default=[1_000_000, 10_000_000],
       help='row counts of the scale suite (default 1M,10M; --rows N runs N alone)')
-    a('--scale-etls', type=lambda s: [e for e in s.split(',') if e], default=list(ETLS),
+    a('--scale-etls', type=_names, default=list(ETLS),
       help=f'a subset of {",".join(ETLS)} (none: the loaders on chunks a run left)')
     a('--part-rows', type=int, default=250_000, help='rows per parquet part (one Dask partition each)')
     a('--dask-scheduler', default='threads', help="threads, sync, processes, or a scheduler's address")
-    a('--windows', type=lambda s: [int(x) for x in s.split(',')], default=[8, 32, 128],
+    a('--windows', type=_ints, default=[8, 32, 128],
       help="pieces in the stream's shuffle window: the shuffle is measured for each (the same rows in the window: "
       "smaller pieces for more of them); the loader's rows/s for the middle one")
     a('--piece-rows', type=int, default=None, help='rows the stream reads at a time (default: 1%% of the training '
@@ -77,7 +79,9 @@ def etl_worker(name, data, out, opts):
         t1 = time.perf_counter()
         cls = TabularPandas if name == 'fastai' else TabularGPU
         to = cls(df, splits=ColSplitter('is_valid')(df), **kw())
-        if name == 'memory': res['packed_mb'] = round(to.packed_rows()[0].numel() * 4 / MB, 1)
+        if name == 'memory':
+            rows = to.packed_rows()[0]
+            res['packed_mb'] = round(rows.numel() * rows.element_size() / MB, 1)
         res['build_s'] = round(time.perf_counter() - t1, 2)
     res.update(total_s=round(time.perf_counter() - t0, 2), peak_rss_mb=round(rss.peak(), 1), rows=len(to),
                n_train=len(to.train), state=_digest(to), loadavg=[round(x, 2) for x in os.getloadavg()])
@@ -88,11 +92,8 @@ def _spawn_etl(name, data, opts, chunk_dir) -> dict:
         o = dict(dask_scheduler=opts.dask_scheduler, threads=opts.threads, chunk_dir=str(chunk_dir))
         code = ('import json, sys; from fastai_gpu_tabular.bench.scale import etl_worker; '
                 'etl_worker(sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]))')
-        try: p = subprocess.run([sys.executable, '-c', code, name, str(data), f'{d}/r.json', json.dumps(o)],
-                                timeout=opts.timeout, check=False)
-        except subprocess.TimeoutExpired: return {'status': 'failed', 'reason': f'timed out after {opts.timeout} s'}
-        if Path(d, 'r.json').exists(): return json.loads(Path(d, 'r.json').read_text())
-        return {'status': 'failed', 'reason': f'exited with code {p.returncode} and wrote no result'}
+        return run_child([sys.executable, '-c', code, name, str(data), f'{d}/r.json', json.dumps(o)], opts.timeout,
+                         Path(d, 'r.json'))
 
 def _available_mb():
     for line in Path('/proc/meminfo').read_text().splitlines():
@@ -148,25 +149,25 @@ def shuffle_stats(order, n0:int, bs:int) -> dict:
 def _sorted_copy(chunks, path):
     "The training rows sorted by label, in files of the same sizes (so the stream cuts the same pieces)."
     import torch
-    from ..stream import PackedChunks
-    rows = chunks.load()
+    rows = chunks.packed_rows()[0]   # cached: the resident loader's, on the CPU
     a, b, dt = chunks.layout[2]
     y = rows[:, a:b].view(dt)[:, 0]
     rows = rows[torch.argsort(y, stable=True)]
-    Path(path).mkdir(parents=True, exist_ok=True)
-    files = [(f, PackedChunks.write_rows(path, f, rows[s:e]))
-             for f,s,e in zip(chunks.files, chunks.starts[:-1], chunks.starts[1:])]
-    return PackedChunks.write(path, files, chunks.layout, chunks.width), int((y == 0).sum())
+    return _store_like(chunks, path, lambda s, e: rows[s:e], chunks.layout, chunks.width), int((y == 0).sum())
 
 def _positions_store(chunks, path):
     "A store of the same file sizes whose row k holds k: what each loader does to row order, without the data."
     import torch
+    rows = lambda s, e: torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)
+    return _store_like(chunks, path, rows, ((0, 1, torch.int32), (1, 2, torch.float32)), 2)
+
+def _store_like(chunks, path, rows, layout, width):
+    "`PackedChunks` in `path` with the files and sizes of `chunks`, file rows `[s, e)` holding `rows(s, e)`."
     from ..stream import PackedChunks
     Path(path).mkdir(parents=True, exist_ok=True)
-    rows = lambda s, e: torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)
     files = [(f, PackedChunks.write_rows(path, f, rows(s, e)))
              for f,s,e in zip(chunks.files, chunks.starts[:-1], chunks.starts[1:])]
-    return PackedChunks.write(path, files, ((0, 1, torch.int32), (1, 2, torch.float32)), 2)
+    return PackedChunks.write(path, files, layout, width)
 
 def _train_auc(train_dl, valid, n_cont, cards, opts, device) -> dict:
     "One epoch of a fixed TabularModel on `train_dl`, then the validation AUC."
@@ -259,7 +260,7 @@ def scale_suite(opts) -> dict:
 def _cards(*chunks) -> list:
     "Embedding table sizes: the largest code in each cat column of the chunks, plus one."
     a, b, _ = chunks[0].layout[0]
-    top = [c.load()[:, a:b].amax(0) for c in chunks if len(c)]
+    top = [c.packed_rows()[0][:, a:b].amax(0) for c in chunks if len(c)]   # cached for the loaders
     return [int(c) + 1 for c in (top[0] if len(top) == 1 else top[0].maximum(top[1])).tolist()]
 
 def run(opts) -> dict:
