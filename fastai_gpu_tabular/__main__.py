@@ -2,17 +2,17 @@
 than 15 minutes late or is cancelled, from what is known at departure: TabularGPU, BatchDataLoader, LAMB, 1-2 epochs."""
 from __future__ import annotations
 
-import argparse, time
+import argparse, sys, time
 import numpy as np, torch
 # fastai.tabular.all, not its submodules: it also patches `fit_one_cycle` onto Learner and adds the progress bar
-from fastai.tabular.all import (Callback, Categorify, FillMissing, Lamb, Normalize, RandomSplitter, RocAucBinary,
-                                accuracy, default_device, set_seed, tabular_learner)
+from fastai.tabular.all import (Callback, Categorify, FillMissing, Lamb, Normalize, ProgressCallback, RandomSplitter,
+                                RocAucBinary, accuracy, default_device, set_seed, tabular_learner)
 
 from .backend import cudf_available, cudf_reason, to_backend
 from .core import TabularGPU
 from .data import load_flights
 
-__all__ = ['flights_task', 'main']
+__all__ = ['flights_task', 'batch_size', 'PlainTable', 'main']
 
 CATS = ['carrier', 'origin', 'dest', 'tailnum', 'month', 'hour']
 CONTS = ['sched_dep_time', 'dep_time', 'dep_delay', 'sched_arr_time', 'distance', 'day']
@@ -22,6 +22,26 @@ def flights_task(backend=None, nrows=None):
     df = load_flights(nrows=nrows)
     df['disrupted'] = np.where(df.arr_delay.isna() | (df.arr_delay > 15), 'late or cancelled', 'on time')
     return to_backend(df, backend), dict(cat_names=CATS, cont_names=CONTS, y_names='disrupted')
+
+def batch_size(n_train:int, most:int=16384, steps:int=50) -> int:
+    """A batch size for `n_train` training rows: the largest power of two that still gives `steps` steps an epoch, at
+    most `most`. Large batches pay off when an epoch is hundreds of steps; a small frame needs small batches to learn."""
+    return int(min(most, max(2 ** int(np.log2(max(n_train // steps, 1))), 1)))
+
+class PlainTable(Callback):
+    """fastai's per-epoch table as plain lines (its header, then a row per epoch) in place of the progress bar, whose
+    carriage returns fill a log or a notebook without a terminal with a wall of partial lines."""
+    order = ProgressCallback.order
+    def before_fit(self):
+        self.names = None
+        if self.learn.logger is not print: return   # `no_logging()`: nothing to print
+        self.learn.logger = self._write
+        self._write(self.recorder.metric_names)
+    def after_fit(self): self.learn.logger = print
+    def _write(self, log):
+        cells = [f'{v:.6f}' if isinstance(v, float) else str(v) for v in log]
+        if self.names is None: self.names = [c.ljust(8) for c in cells]; print('  '.join(self.names).rstrip(), flush=True)
+        else: print(''.join(c.ljust(len(n) + 2) for c,n in zip(cells, self.names)).rstrip(), flush=True)
 
 class _EpochTimer(Callback):
     "Seconds spent in each training epoch (validation excluded), for rows/s."
@@ -37,7 +57,7 @@ def main(args=None):
     p.add_argument('--backend', choices=['auto', 'pandas', 'cudf'], default='auto', help="frame backend (auto: cuDF if usable)")
     p.add_argument('--device', default=None, help="torch device for the loader and model (default: fastai's default_device())")
     p.add_argument('--epochs', type=int, default=2)
-    p.add_argument('--bs', type=int, default=16384)
+    p.add_argument('--bs', type=int, default=None, help="batch size (default: `batch_size` of the training rows)")
     p.add_argument('--lr', type=float, default=3e-2)
     p.add_argument('--rows', type=int, default=None, help='use the first ROWS flights (default: all 336,776)')
     p.add_argument('--seed', type=int, default=42)
@@ -50,12 +70,15 @@ def main(args=None):
           + ('' if backend == 'cudf' else f" (cuDF: {cudf_reason() or 'available'})") + f", device={device}")
     t = time.perf_counter()
     to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomSplitter(seed=a.seed)(range(len(df))), **names)
-    dls = to.dataloaders(bs=a.bs, device=device)
+    dls = to.dataloaders(bs=a.bs or batch_size(len(to.train)), device=device)
     prep = time.perf_counter() - t
     print(f"TabularGPU + dataloaders: {prep:.2f}s; {len(to.train):,} train / {len(to.valid):,} valid rows; "
-          f"cats {list(to.cat_names)}")
+          f"bs {dls.train.bs:,}; cats {list(to.cat_names)}")
     timer = _EpochTimer()
-    learn = tabular_learner(dls, layers=[200, 100], metrics=[accuracy, RocAucBinary()], opt_func=Lamb, cbs=timer)
+    plain = not sys.stdout.isatty()   # a log, a pipe, a notebook: the table without the bar
+    learn = tabular_learner(dls, layers=[200, 100], metrics=[accuracy, RocAucBinary()], opt_func=Lamb,
+                            cbs=[timer, PlainTable()] if plain else timer)
+    if plain: learn.remove_cb(ProgressCallback)
     learn.fit_one_cycle(a.epochs, a.lr)
     _, valid_loss, acc, auc = learn.recorder.values[-1]   # train_loss, valid_loss, metrics...
     rows = len(dls.train) * dls.train.bs

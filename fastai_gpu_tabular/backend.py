@@ -7,7 +7,7 @@ import numpy as np, pandas as pd, torch
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
            'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'codes_dtype', 'encode_codes',
-           'mode_value', 'take_values', 'is_str_dtype', 'is_numeric_dtype', 'is_list_dtype', 'holds_strings',
+           'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
            'split_lists', 'explode_lists', 'pad_bags', 'is_dask']
 
 # cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.

@@ -76,3 +76,25 @@ def test_demo_on_cuda(demo_learners):
     learn, = demo_learners
     assert learn.dls.device.type == 'cuda' and next(learn.model.parameters()).device.type == 'cuda'
     assert type(learn.dls.train_ds.items).__module__.startswith('cudf')
+
+@pytest.mark.parametrize('n', [1, 49, 50, 16_000, 269_420, 10_000_000])
+def test_batch_size_rule(n):
+    "The demo's default: a power of two, at least 50 steps an epoch where the rows allow, at most 16,384."
+    bs = demo.batch_size(n)
+    assert bs & (bs - 1) == 0 and 1 <= bs <= 16384
+    assert bs == 16384 or n // bs >= 50 or bs == 1
+    assert bs == 16384 or n // (2 * bs) < 50   # the largest such power of two
+
+def test_demo_small_frame_in_a_log():
+    """The main job as a log or a pipe sees it, on a small frame: the default batch size fits the rows (16,384 did not:
+    no batch of 16,000 training rows), and fastai's per-epoch table is printed as plain lines, without the progress
+    bar's carriage returns."""
+    import subprocess, sys
+    r = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular', '--rows', '20000', '--epochs', '2',
+                        '--backend', 'pandas', '--device', 'cpu'], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert '\r' not in r.stdout and 'bs 256;' in r.stdout
+    lines = r.stdout.splitlines()
+    head = next(i for i,l in enumerate(lines) if l.startswith('epoch'))
+    assert lines[head].split() == ['epoch', 'train_loss', 'valid_loss', 'accuracy', 'roc_auc_score', 'time']
+    assert [l.split()[0] for l in lines[head+1:head+3]] == ['0', '1'] and all(len(l.split()) == 6 for l in lines[head+1:head+3])
