@@ -1,14 +1,19 @@
-"""Markers and fixtures. `gpu` tests need CUDA and cuDF: they skip, with the reason, where those are missing,
-and fail instead when FGT_REQUIRE_GPU=1 (set it on GPU machines, so a broken install cannot pass as skips).
+"""Markers and fixtures. Two GPU tiers: `cuda` tests need a CUDA torch (the pandas backend with the packed rows, the
+loader, the optimizer, the metrics and the stream on the GPU), `cudf` tests need cuDF too (the cuDF backend). Each
+skips, with the reason, where its tier is missing, and fails instead when its tier is required:
+FGT_REQUIRE=cuda (a GPU machine without cuDF), FGT_REQUIRE=cuda,cudf or FGT_REQUIRE_GPU=1 (with cuDF), so that a
+broken install cannot pass as skips.
 
 FGT_FAKE_DEVICE=lazy runs the suite with fastai's `default_device()` on a device that is not the CPU, as on a GPU
 machine (see tests/fake_device.py): a test that assumes the CPU, or mixes the CPU with the loaders' device, fails."""
 import os
-import pytest
+import pytest, torch
 
 from fastai_gpu_tabular.backend import cudf_available, cudf_reason, to_backend
 
-REQUIRE_GPU = os.environ.get('FGT_REQUIRE_GPU') == '1'
+TIERS = ('cuda', 'cudf')
+REQUIRE = set(TIERS) if os.environ.get('FGT_REQUIRE_GPU') == '1' else set(os.environ.get('FGT_REQUIRE', '').split(',')) - {''}
+if REQUIRE - set(TIERS): raise ValueError(f"FGT_REQUIRE names {sorted(REQUIRE - set(TIERS))}: the tiers are {TIERS}")
 FAKE_DEVICE = os.environ.get('FGT_FAKE_DEVICE')
 
 if FAKE_DEVICE:
@@ -20,14 +25,24 @@ def pytest_collection_modifyitems(config, items):
         for it in items:
             if any(k in it.name for k in LAZY_CANNOT):
                 it.add_marker(pytest.mark.skip(reason="torch's lazy device has no sparse tensors or autocast"))
-    gpu_items = [it for it in items if 'gpu' in it.keywords]
-    # probe cuDF only when a gpu test was collected: importing it initialises CUDA
-    if not gpu_items or cudf_available(): return
-    reason = f"needs CUDA and cuDF: {cudf_reason()}"
-    if REQUIRE_GPU: raise pytest.UsageError(f"FGT_REQUIRE_GPU=1 but {len(gpu_items)} gpu test(s) cannot run: {reason}")
-    for it in gpu_items: it.add_marker(pytest.mark.skip(reason=reason))
+    for tier in TIERS:
+        tier_items = [it for it in items if tier in it.keywords]
+        # probe cuDF only when a cudf test was collected: importing it initialises CUDA
+        if not tier_items: continue
+        reason = _missing(tier)
+        if reason is None: continue
+        if tier in REQUIRE:
+            raise pytest.UsageError(f"the {tier} tier is required (FGT_REQUIRE/FGT_REQUIRE_GPU) but {len(tier_items)} "
+                                    f"{tier} test(s) cannot run: {reason}")
+        for it in tier_items: it.add_marker(pytest.mark.skip(reason=reason))
 
-@pytest.fixture(params=['pandas', pytest.param('cudf', marks=pytest.mark.gpu)])
+def _missing(tier):
+    "Why the `tier` tests cannot run here, or None."
+    if not torch.cuda.is_available(): return f"needs a CUDA device and a CUDA build of torch (torch {torch.__version__})"
+    if tier == 'cudf' and not cudf_available(): return f"needs cuDF: {cudf_reason()}"
+    return None
+
+@pytest.fixture(params=['pandas', pytest.param('cudf', marks=pytest.mark.cudf)])
 def backend(request):
     "The frame backend a test runs on: pandas everywhere, cuDF on a GPU machine."
     return request.param

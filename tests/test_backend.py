@@ -55,7 +55,7 @@ def test_sorted_uniques_order_and_mixed_types():
     with pytest.raises(TypeError, match=r"column 'm' mixes value types \['int', 'str'\]"):
         B.sorted_uniques(pd.Series(['a', 1, 'b'], name='m'))
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_cudf_columns_to_tensors_share_memory():
     cudf = B.require_cudf()
     s = cudf.Series(np.arange(1000, dtype=np.float32))

@@ -208,7 +208,7 @@ def test_normalize_float32_and_bool_conts(backend):
             assert abs(np.float64(got) - want) <= np.spacing(np.float32(want)) + 1e-7, n
 
 # --- sorted_uniques under cudf.pandas' compatible mode ----------------------------------------------------------------
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_vocab_in_pandas_compatible_mode():
     "cuDF's `unique()` is a CuPy array in pandas-compatible mode (strings cannot be one): the vocab comes out the same."
     import cudf
@@ -258,7 +258,7 @@ def _train_dl(dls, weighted):
     "The training loader, or one drawing rows with replacement by weight (its weights go to the device here)."
     return dls.train.new(wgts=np.linspace(0, 1, len(dls.train_ds))) if weighted else dls.train
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 @pytest.mark.parametrize('weighted', [False, True])
 def test_training_epoch_makes_no_device_sync(weighted):
     """Inside `torch.cuda.set_sync_debug_mode('error')`: one epoch as `_epoch` runs it, with a cuDF-built TabularGPU's
@@ -285,7 +285,7 @@ def test_training_epoch_reads_no_tensor_on_the_host(monkeypatch):
                 m.setattr(torch.Tensor, name, read)
             assert _epoch(train, dls.valid, model, step) == len(train)
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_construction_moves_only_learned_state_to_host(monkeypatch):
     """`TabularGPU(cudf frame)` + `dataloaders()`: every cuDF column brought to the host (to_pandas, to_arrow, to_numpy,
     values_host of any column class, cupy.asnumpy) is learned state, no longer than the largest vocabulary; and the

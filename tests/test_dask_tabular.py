@@ -201,7 +201,7 @@ def test_errors():
     with pytest.raises(TypeError, match="continuous column 'f64' has dtype Float64"):
         TabularGPU(dd.from_pandas(df.astype({'f64': 'Float64'}), npartitions=2), splits='is_valid', **kw())
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_dask_cudf(built):
     "cuDF partitions (dask-cudf): fastai's state bit for bit, and the codes the pandas partitions give."
     pytest.importorskip('dask_cudf', reason='needs dask-cudf')

@@ -132,7 +132,7 @@ def test_empty_and_new_empty(to):
     dls = to.dataloaders(bs=128).new_empty()
     assert len(dls.train_ds) == 0 and dls.train.bs == 128
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 def test_pandas_frame_on_cuda(to):
     "A pandas frame packs on the host and moves to the GPU once; batches are then gathered there."
     dls = to.dataloaders(bs=128, device='cuda')
@@ -142,7 +142,7 @@ def test_pandas_frame_on_cuda(to):
     first = dls.valid_ds.packed_rows('cuda')[0]
     assert dls.valid_ds.packed_rows('cuda')[0] is first and dls.valid.rows[0] is first
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 def test_cuda_moves_an_existing_loader(to):
     "dls.cuda() moves loaders built on the CPU: the packed rows go to the GPU once, the batches are the same."
     dls = to.dataloaders(bs=128, device='cpu')

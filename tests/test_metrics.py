@@ -225,7 +225,7 @@ def test_accumulate_has_no_host_conversion():
     assert seen == {m.name: [] for m in mets[:-1]}
     assert all(isinstance(m.value, float) for m in mets)
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 def test_accumulate_never_syncs_cuda():
     mets,ref = _metrics(),_metrics()
     for m in mets + ref: m.reset()

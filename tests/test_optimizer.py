@@ -194,7 +194,7 @@ def test_no_host_conversion_in_step():
     assert _count_conversions(Lamb) == []
     assert _count_conversions(Lamb, no_adapt=True) == []
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 @pytest.mark.parametrize('no_adapt', [False, True])
 def test_no_host_sync_in_step_cuda(no_adapt):
     model = _tab_model().cuda()

@@ -85,7 +85,7 @@ def test_random_frame_cudf_matches_pandas(case):
     a = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], backend='pandas', **kw)
     b = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], backend='cudf', **kw)
     assert_same_processing(a, b, exact=False)
-test_random_frame_cudf_matches_pandas = pytest.mark.gpu(test_random_frame_cudf_matches_pandas)
+test_random_frame_cudf_matches_pandas = pytest.mark.cudf(test_random_frame_cudf_matches_pandas)
 
 def test_all_nan_training_column():
     "fastai fills an all-NaN column with NaN (a silent NaN into the model); we refuse, naming it."

@@ -120,7 +120,7 @@ def test_ranks_get_equal_batches(chunks, tmp_path):
         assert len(set(e0['ids']) & set(e1['ids'])) <= 1 and len(set(e0['ids'] + e1['ids'])) >= N - 2 * 100
     assert r0[0]['ids'] != r0[1]['ids']
 
-@pytest.mark.gpu
+@pytest.mark.cuda
 def test_cuda_stream(chunks):
     "Pinned buffers, a side stream: rows arrive on the GPU, each once, whole."
     dl = StreamDataLoader(chunks, bs=256, shuffle=True, window=4, piece_rows=300, device='cuda', drop_last=False)

@@ -70,7 +70,7 @@ def test_demo_backend_auto_and_device(demo_learners, capsys):
     assert type(learn.dls.train_ds.items).__module__.startswith(backend)
     assert learn.dls.device == torch.device('cpu') and next(learn.model.parameters()).device.type == 'cpu'
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_demo_on_cuda(demo_learners):
     demo.main(['--rows', '5000', '--epochs', '1', '--bs', '1024', '--backend', 'cudf', '--device', 'cuda'])
     learn, = demo_learners

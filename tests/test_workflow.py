@@ -176,7 +176,7 @@ def test_export_load_learner_fresh_cpu_process(trained, flights, tmp_path):
     assert not {'cudf', 'cupy', 'rmm'} & mods
     torch.testing.assert_close(preds, expected, atol=1e-5, rtol=1e-4)
 
-@pytest.mark.gpu
+@pytest.mark.cudf
 def test_export_from_cudf_loads_without_cudf(flights, tmp_path):
     "A learner built and trained on a cuDF frame exports state that loads where cuDF and CUDA are absent."
     set_seed(0)
