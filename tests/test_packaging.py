@@ -46,3 +46,28 @@ def test_shipped_datasets_are_package_data():
     data = pyproject['tool']['setuptools']['package-data']['fastai_gpu_tabular']
     assert 'datasets/*.parquet' in data and 'datasets/*.md' in data
     for f in ('flights.parquet', 'adult.parquet', 'README.md'): assert (ROOT/'fastai_gpu_tabular'/'datasets'/f).exists()
+
+def test_license_is_the_apache_text_the_metadata_declares():
+    proj = pyproject['project']
+    assert proj['license'] == 'Apache-2.0' and proj['license-files'] == ['LICENSE']
+    text = (ROOT/'LICENSE').read_text()
+    assert text.split()[:5] == ['Apache', 'License', 'Version', '2.0,', 'January'], text[:200]
+    assert 'END OF TERMS AND CONDITIONS' in text and 'http://www.apache.org/licenses/LICENSE-2.0' in text
+
+def test_ruff_pinned_once_for_ci_and_pre_commit():
+    "CI runs the `test` extra's ruff from the venv scripts/test.sh makes; pre-commit's ruff is that same version."
+    pin, = [r.split('==')[1] for r in pyproject['project']['optional-dependencies']['test'] if r.startswith('ruff==')]
+    hooks = (ROOT/'.pre-commit-config.yaml').read_text()
+    assert re.search(r'astral-sh/ruff-pre-commit\n\s+rev: (\S+)', hooks).group(1) == f'v{pin}'
+    assert re.findall(r'- id: (ruff\S*)', hooks) == ['ruff-check'] and '--fix' not in hooks   # no formatter, no fixes
+    ci = (ROOT/'.ci'/'run').read_text()
+    assert re.search(r'^"\$\{VENV:-\.venv\}/bin/python" -m ruff check \. \|\| status=1$', ci, re.M), ci
+
+def test_every_switch_is_in_contributing():
+    "Each `FGT_*` environment switch that the package, the tests, the notebooks or the scripts read is documented."
+    files = [*ROOT.glob('fastai_gpu_tabular/**/*.py'), *ROOT.glob('tests/**/*.py'), *ROOT.glob('nbs/*.ipynb'),
+             *ROOT.glob('scripts/*.sh'), ROOT/'.ci'/'run']
+    used = {m for p in files for m in re.findall(r'FGT_[A-Z]\w*', p.read_text())}
+    assert 'FGT_REQUIRE_GPU' in used, used
+    doc = set(re.findall(r'`(FGT_[A-Z]\w*)=', (ROOT/'CONTRIBUTING.md').read_text()))
+    assert used <= doc, used - doc
