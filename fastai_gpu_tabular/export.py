@@ -255,15 +255,14 @@ def onnx_inputs(df:pd.DataFrame, model) -> dict:
         if n not in df.columns: raise KeyError(f"column {n!r}, an input of the ONNX model, is not in the frame")
         col = df[n]
         if c['type'] == 'string':
-            v = col.to_numpy(dtype=object, na_value=None)
+            # pandas fills the missing values in its own copy: without any, pandas 3 gives a read-only view
+            v = col.to_numpy(dtype=object, na_value=meta['na_string'])
             if c.get('lists'):
                 v = np.array([c['sep'].join(map(str, o)) if isinstance(o, (list, tuple, np.ndarray)) else o for o in v],
                              dtype=object)
-            na = pd.isna(v)
-            if any(not isinstance(o, str) for o in v[~na]):
-                raise TypeError(f"column {n!r} is a string input of the ONNX model but holds non-strings, e.g. "
-                                f"{next(o for o in v[~na] if not isinstance(o, str))!r}")
-            v[na] = meta['na_string']
+            bad = next((o for o in v if not isinstance(o, str)), None)
+            if bad is not None: raise TypeError(f"column {n!r} is a string input of the ONNX model but holds "
+                                                f"non-strings, e.g. {bad!r}")
             res[n] = v
         elif c['type'] == 'int64':
             try: v = col.astype('Int64')

@@ -1,6 +1,7 @@
 "`BatchDataLoader`: batches gathered from tensors packed once on the device; one permutation an epoch, one gather a batch."
 from __future__ import annotations
 
+import codecs, copyreg, functools
 import numpy as np, pandas as pd, torch
 from fastcore.foundation import L
 from fastcore.meta import delegates
@@ -9,6 +10,7 @@ from fastai.tabular.core import ReadTabBatch, TabDataLoader, Tabular
 from fastai.tabular.data import TabularDataLoaders
 from fastai.torch_core import to_np
 
+from . import __version__
 from .backend import backend_of, is_dask, require_cudf
 
 __all__ = ['BatchDataLoader', 'BatchDataLoaders', 'ReadTabBatchGPU', 'unpack_rows']
@@ -131,9 +133,34 @@ class BatchDataLoader(TabDataLoader):
         for b in self.create_batches(self.sample()): yield self.after_batch(b)
         self.after_iter()
 
+class _Call:
+    "Pickled as the call `f(*args)`, which unpickling makes."
+    def __init__(self, f, *args): self.f,self.args = f,args
+    def __reduce__(self): return self.f, self.args
+
+class _New:
+    """`cls.__new__(cls, *args)`, pickled as a lookup of `cls` by `pydoc.locate` first: fastai's `load_learner` turns an
+    ImportError into `UnboundLocalError: ... 'res'`; this raises, where the package is missing, a RuntimeError saying
+    what to install, and where an import inside it fails, pydoc's `ErrorDuringImport` naming that import."""
+    def __init__(self, cls): self.cls = cls
+    def __call__(self, *args): return self.cls.__new__(self.cls, *args)   # copy.copy, copy.deepcopy
+    def __reduce__(self):
+        import pydoc
+        path = f'{self.cls.__module__}.{self.cls.__qualname__}'
+        found = _Call(pydoc.locate, path)   # None where it cannot be imported
+        err = RuntimeError(f"No module named {path.split('.')[0]!r} (or no {path} in it): this was pickled with "
+                           f"fastai_gpu_tabular {__version__}; `pip install fastai_gpu_tabular` to load it")
+        fail = functools.partial(codecs.strict_errors, err)   # strict_errors raises the exception it is given
+        return dict.get, ({None: fail}, found, _Call(functools.partial, copyreg.__newobj__, found))
+
 class BatchDataLoaders(TabularDataLoaders):
     "`TabularDataLoaders` of `BatchDataLoader`s; `test_dl` takes a cuDF or pandas frame"
     _tabular_type = None   # `TabularGPU`, set by `core` (the loader knows nothing of frames)
+
+    def __reduce_ex__(self, protocol):
+        # an exported learner's first object of this package: unpickled, it says what is missing, if anything is
+        _, args, *rest = super().__reduce_ex__(2)
+        return (_New(type(self)), args[1:], *rest)
 
     @classmethod
     @delegates(Tabular.dataloaders, but=["dl_type", "dl_kwargs"])

@@ -1,10 +1,14 @@
 """`export_onnx`: one ONNX graph from raw columns reproduces `get_preds` on held-out MovieLens rows (unseen users and
-movies, NaN conts, null strings, a multi-hot column); `export_model` (torch.export); `export_triton`'s config."""
-import importlib.util, warnings
+movies, NaN conts, null strings, a multi-hot column) and Adult rows in each string dtype; `export_model`
+(torch.export); `export_triton`'s config; `learn.export` loaded in a fresh Python, and where the package is missing."""
+import importlib.util, os, subprocess, sys, textwrap, warnings, zipfile
+from pathlib import Path
 import numpy as np, pandas as pd, pytest, torch
+import fastai_gpu_tabular
 from fastai.tabular.all import FillMissing, Normalize, load_learner
-from fastai_gpu_tabular.all import Categorify, TabularGPU, tabular_learner, load_movielens_100k
+from fastai_gpu_tabular.all import Categorify, TabularGPU, tabular_learner, load_adult, load_movielens_100k
 from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
+from fastai_gpu_tabular.loader import BatchDataLoaders
 
 ort = pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -146,7 +150,6 @@ def test_export_model_torch_export(clas, tmp_path):
 def test_onnx_stock_fastai_learner(tmp_path):
     "A learner of fastai's own TabularPandas and tabular_learner exports too (Adult census, NaN in a cont and in cats)."
     from fastai.tabular.all import Categorify as FastaiCategorify, TabularPandas, tabular_learner as fastai_learner
-    from fastai_gpu_tabular.all import load_adult
     df = load_adult().iloc[:8000]
     df.loc[df.index[::7], 'age'] = np.nan
     to = TabularPandas(df.iloc[:7000], procs=[FastaiCategorify, FillMissing, Normalize], y_names='income',
@@ -158,6 +161,88 @@ def test_onnx_stock_fastai_learner(tmp_path):
     with learn.no_bar(), learn.no_logging(): learn.fit(1)
     out,preds,_ = _both(learn, export_onnx(learn, tmp_path/'adult.onnx'), df.iloc[7000:])
     np.testing.assert_allclose(out, preds, atol=1e-5, rtol=0)
+
+@pytest.fixture(scope='module')
+def adult(tmp_path_factory):
+    """A classifier on Adult census: string cats with NaN (workclass, occupation) and without (education, race), an int
+    cat (educational-num) and a bool cat (male), trained on the frame as `load_adult` gives it; 1,000 held-out rows."""
+    df = load_adult().iloc[:9000]
+    df['male'] = df.gender == 'Male'
+    to = TabularGPU(df.iloc[:8000], procs=[Categorify, FillMissing, Normalize], y_names='income',
+                    cat_names=['workclass', 'education', 'occupation', 'race', 'educational-num', 'male'],
+                    cont_names=['age', 'fnlwgt', 'hours-per-week'], splits=(list(range(7000)), list(range(7000, 8000))))
+    learn = _fit(to)
+    return learn, export_onnx(learn, tmp_path_factory.mktemp('adult')/'adult.onnx'), df.iloc[8000:]
+
+_STRS = ['workclass', 'education', 'occupation', 'race']
+# how a client's frame may hold the string columns: pandas 2's default object, the nullable string dtypes (pd.NA),
+# pandas 3's default `str` (NaN as missing; pandas 2.3 has it as this StringDtype), and categoricals (all the cats)
+_DTYPES = {'object': object, 'string_python': pd.StringDtype('python'), 'string_pyarrow': pd.StringDtype('pyarrow'),
+           'str': pd.StringDtype(na_value=np.nan), 'category': 'category'}
+
+@pytest.mark.parametrize('kind', list(_DTYPES))
+def test_onnx_inputs_column_dtypes(adult, kind):
+    """`onnx_inputs` on each dtype a string column may have, with and without NaN, next to int and bool cats: the ONNX
+    output is `get_preds`' on the same rows, and the caller's frame is left as it was. On pandas 3 an object column
+    with no missing value came back from `to_numpy` as a read-only view, and filling '#na#' into it raised."""
+    learn, path, rows = adult
+    cats = _STRS + ['educational-num', 'male'] if kind == 'category' else _STRS
+    rows = rows.astype(dict.fromkeys(cats, _DTYPES[kind]))
+    assert rows[_STRS].isna().any().tolist() == [True, False, True, False]
+    before = rows.copy()
+    out, preds, _ = _both(learn, path, rows)
+    np.testing.assert_allclose(out, preds, atol=1e-5, rtol=0)
+    pd.testing.assert_frame_equal(rows, before)
+    # the same values, whatever their dtype, are the same inputs: the output of the frame as `load_adult` gives it
+    ref = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    np.testing.assert_array_equal(out, ref.run(None, onnx_inputs(adult[2], ref))[0])
+
+_LOAD = textwrap.dedent("""
+    import sys, warnings
+    import pandas as pd, torch
+    class Hide:
+        "Imports of sys.argv[4] and below fail as they do where it is not installed."
+        def find_spec(self, name, path=None, target=None):
+            if (name + '.').startswith(sys.argv[4] + '.'):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    if len(sys.argv) > 4: sys.meta_path.insert(0, Hide())
+    warnings.simplefilter('ignore')
+    from fastai.learner import load_learner
+    learn = load_learner(sys.argv[1])
+    preds,_ = learn.get_preds(dl=learn.dls.test_dl(pd.read_pickle(sys.argv[2])))
+    torch.save(preds, sys.argv[3])
+""")
+
+@pytest.mark.parametrize('case', ['installed', 'previous_pickle', 'missing', 'broken'])
+def test_load_learner_in_fresh_python(adult, case, tmp_path, monkeypatch):
+    """An exported learner in a fresh CPU-only Python: it loads and predicts as here (a pickle of the previous version
+    too, whose loaders were pickled by class). fastai's `load_learner` turns any ImportError into `UnboundLocalError:
+    ... 'res'`: where the package is missing, the error says what to install; where an import inside it fails, which."""
+    learn, _, rows = adult
+    if case == 'previous_pickle': monkeypatch.setattr(BatchDataLoaders, '__reduce_ex__', object.__reduce_ex__)
+    learn.export(tmp_path/'learn.pkl')
+    monkeypatch.undo()
+    with zipfile.ZipFile(tmp_path/'learn.pkl') as z:
+        data = z.read(next(n for n in z.namelist() if n.endswith('data.pkl')))
+    assert (b'pydoc\nlocate' in data) == (case != 'previous_pickle')   # the previous version pickled the class itself
+    rows.to_pickle(tmp_path/'rows.pkl')
+    hide = {'missing': ['fastai_gpu_tabular'], 'broken': ['fastai_gpu_tabular.backend']}.get(case, [])
+    here = str(Path(fastai_gpu_tabular.__file__).parents[1])   # this copy of the package, not an installed one
+    env = {**os.environ, 'CUDA_VISIBLE_DEVICES': '',
+           'PYTHONPATH': os.pathsep.join([here, os.environ.get('PYTHONPATH', '')])}
+    res = subprocess.run([sys.executable, '-c', _LOAD, *[str(tmp_path/f) for f in ('learn.pkl', 'rows.pkl', 'p.pt')],
+                          *hide], env=env, capture_output=True, text=True, timeout=300)
+    err = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else ''
+    if case == 'missing':
+        assert err.startswith("RuntimeError: No module named 'fastai_gpu_tabular'"), res.stderr[-2000:]
+        assert '`pip install fastai_gpu_tabular`' in err
+    elif case == 'broken':
+        assert err == ("pydoc.ErrorDuringImport: problem in fastai_gpu_tabular.loader - ModuleNotFoundError: No module "
+                       "named 'fastai_gpu_tabular.backend'"), res.stderr[-2000:]
+    else:
+        assert res.returncode == 0, res.stderr[-2000:]
+        with learn.no_bar(): preds,_ = learn.get_preds(dl=learn.dls.test_dl(rows))
+        torch.testing.assert_close(torch.load(tmp_path/'p.pt'), preds)   # same code, same machine: float32 rounding
 
 def test_onnx_export_errors(clas, tmp_path):
     learn, path, rows = clas
