@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 pytest.importorskip('accelerate', reason="fastai's distrib_ctx needs accelerate (the test extra installs it)")
 from fastai.callback.fp16 import MixedPrecision
-from fastai.learner import Callback, load_learner
+from fastai.learner import Callback, CancelFitException, load_learner
 from fastai.metrics import RocAucBinary, accuracy
 from fastai.tabular.all import Categorify, FillMissing, Normalize, tabular_config
 from fastai.torch_core import rank_distrib, set_seed
@@ -48,11 +48,17 @@ def dense_learner(to, **kwargs):
     return tabular_learner(to.dataloaders(bs=BS, val_bs=VAL_BS), layers=[32, 16], metrics=[accuracy, RocAucBinary()],
                            **kwargs)
 
-def sparse_learner(to, kind, bs):
+def sparse_learner(to, kind, bs, **kwargs):
     "No BatchNorm, unshuffled training: `bs` rows on each of 2 ranks then step exactly as `2*bs` rows on one process."
     dls = to.dataloaders(bs=bs)
     dls.loaders[0] = dls.train.new(shuffle=False)
-    return tabular_learner(dls, layers=[16], config=tabular_config(use_bn=False, bn_cont=False), **SPARSE[kind])
+    return tabular_learner(dls, layers=[16], config=tabular_config(use_bn=False, bn_cont=False), **SPARSE[kind],
+                           **kwargs)
+
+class Float64Step(Callback):
+    "One training step of a float64 model: the conts cast to it, the fit stopped after the step."
+    def before_batch(self): self.learn.xb = (self.xb[0], self.xb[1].double())
+    def after_step(self): raise CancelFitException
 
 class CPUBFloat16(MixedPrecision):
     "fastai's `to_bf16` autocasts on CUDA only: the same callback autocasting on the CPU."
@@ -117,6 +123,12 @@ def rank_main(out):
         init = state(learn)
         with learn.distrib_ctx(**ctx): learn.fit_one_cycle(1, 1e-2)
         res[kind] = dict(init=init, state=state(learn))
+        set_seed(rank_distrib())   # and one step in float64, from weights apart again
+        learn = sparse_learner(to2, kind, BS_SPARSE, cbs=Float64Step())
+        init = state(learn)
+        learn.model.double()
+        with learn.distrib_ctx(**ctx): learn.fit(1, 1e-2)
+        res[kind]['step64'] = dict(init=init, state=state(learn))
     res['stream'] = stream_run(df, splits, ctx)
     torch.save(res, out/f'rank{rank_distrib()}.pt')
 
@@ -286,17 +298,28 @@ def test_validation_equals_single_process(ranks, adult):
     np.testing.assert_allclose(r0['bf16']['validate'], learn.validate(), rtol=1e-3)
 
 def test_sparse_tables_step_as_one_process(ranks):
-    "2 ranks x 512 rows = one process x 1,024 rows: DDP for the dense weights, `SparseGradSync` for the sparse tables."
+    """A step of 2 ranks x 512 rows is one of a process x 1,024 rows: DDP for the dense weights, `SparseGradSync` for
+    the sparse tables. In float64, one step: each side's grads are a 1,024-row mean (summed in other orders: within
+    bs*eps64 of the per-row grads' size, below 10), and the first step of Adam, lr*g/(|g|+eps), is lr/eps-Lipschitz in
+    g, LAMB's at most 10(1+sqrt(n)) times that (its trust ratio, at most 10, and the norms of n elements in it). A row
+    left unsynced, or a wrong average, moves elements by about the lr, 1e-2. (After an epoch in float32 the two would
+    be apart by rounding that each step amplifies, up to lr/eps where grads are tiny: by how much depends on the CPU.)"""
     (r0,_),_ = ranks
     df,splits = frame()
     to = sparse_to(df, splits)
+    eps64,lr = torch.finfo(torch.float64).eps,1e-2
     for kind in SPARSE:
-        learn = sparse_learner(to, kind, 2 * BS_SPARSE)
-        learn.model.load_state_dict(r0[kind]['init'])   # DDP starts both ranks from rank 0's weights
-        learn.fit_one_cycle(1, 1e-2)
-        got,want = r0[kind]['state'],state(learn)
-        for k in want: torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5, msg=f'{kind}: {k}')
-        assert any(not torch.equal(r0[kind]['init'][k], want[k]) for k in want)
+        learn = sparse_learner(to, kind, 2 * BS_SPARSE, cbs=Float64Step())
+        learn.model.load_state_dict(r0[kind]['step64']['init'])   # DDP starts both ranks from rank 0's weights
+        learn.model.double()
+        learn.fit(1, lr)
+        got,want = r0[kind]['step64']['state'],state(learn)
+        n = max(p.numel() for p in learn.model.parameters())
+        tol = lr / learn.opt.hypers[0]['eps'] * 10 * (1 + n ** 0.5) * 2 * BS_SPARSE * eps64 * 10
+        for k in want:
+            assert got[k].dtype == want[k].dtype
+            torch.testing.assert_close(got[k], want[k], rtol=4 * eps64, atol=tol, msg=f'{kind}: {k}')
+        assert any(not torch.equal(r0[kind]['step64']['init'][k], want[k].float()) for k in want)
 
 def test_export_from_rank0_loads(ranks, adult):
     (r0,_),out = ranks

@@ -1,7 +1,7 @@
 "RecSys model pieces on MovieLens: embedding bags, sparse tables with the combined optimizer, the fused lookup."
 import warnings
 import numpy as np, pytest, torch
-from fastai.tabular.all import (Callback, FillMissing, MixedPrecision, Normalize, RandomSplitter,
+from fastai.tabular.all import (CancelFitException, Callback, FillMissing, MixedPrecision, Normalize, RandomSplitter,
                                 ShortEpochCallback, TabularModel, load_learner, range_of, set_seed)
 from fastai_gpu_tabular.all import (Categorify, Lamb, TabularGPU, TabularModelGPU, sparse_adam_step, sparse_columns,
                                     tabular_learner)
@@ -10,13 +10,15 @@ from fastai_gpu_tabular.data import load_movielens
 @pytest.fixture(scope='module')
 def dls():
     "MovieLens latest-small: userId and movieId single-hot, genres multi-hot, the target is rating > 3."
-    torch.set_num_threads(1)   # a shared 2-core machine: threads fight more than they help here
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)   # a shared 2-core machine: threads fight more than they help here (restored after)
     df = load_movielens()
     df['liked'] = np.where(df.rating > 3, 'yes', 'no')
     to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['userId', 'movieId', 'genres'],
                     cont_names=['year'], y_names='liked', multi_hot={'genres': '|'},
                     splits=RandomSplitter(seed=0)(range_of(df)))
-    return to.dataloaders(bs=2048)
+    yield to.dataloaders(bs=2048)
+    torch.set_num_threads(n)
 
 @pytest.fixture(scope='module')
 def prior(dls):
@@ -25,13 +27,27 @@ def prior(dls):
     p = y_train.mean()
     return -(y_valid * p.log() + (1 - y_valid) * (1 - p).log()).mean().item()
 
-MARGIN = 0.03   # the models here beat the prior by 0.06 (1 epoch) to 0.11 (3 epochs); one that learned nothing does not
+# The models here beat the prior by 0.06 (1 epoch) to 0.2 (3 epochs), seeds (and so machines, whose rounding sends
+# training down other paths alike) moving that by about 0.005; one that learned nothing does not beat it at all.
+MARGIN = 0.03
 
 def fit(dls, epochs=3, lr=1e-2, seed=0, **kwargs):
     set_seed(seed)
     learn = tabular_learner(dls, layers=[64, 32], **kwargs)
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(epochs, lr)
     return learn
+
+def adam_drift(hypers, w) -> float:
+    """How far two implementations of Adam may end apart in float32, stepped on the same grads from the same weights
+    (`w`: them before and after) with `hypers` (lr, mom, sqr_mom) at each step. The grads being the same, rounding does
+    not feed back: each step adds its own, a few float32 ops in each one's order (16 roundings of eps32 at most)
+    relative to Adam's normalized step lr*m/(sqrt(v)+eps), itself at most
+    lr*(1-mom)/sqrt(1-sqr_mom)/(1-mom/sqrt(sqr_mom)) in size, and the weight's own rounding, eps32*|w|. (Stepping
+    on its own grads, each would feed its rounding back, amplified by up to lr/eps a step where grads are tiny: a bound
+    would then hold only on the CPU it was seen on.)"""
+    eps32, big = torch.finfo(torch.float32).eps, w.abs().max().item()
+    return sum(eps32 * (16 * lr * (1 - mom) / (1 - sqr) ** 0.5 / (1 - mom / sqr ** 0.5) + big)
+               for lr, mom, sqr in hypers)
 
 def test_sparse_adam_step_is_torch_sparse_adam():
     torch.manual_seed(0)
@@ -40,11 +56,12 @@ def test_sparse_adam_step_is_torch_sparse_adam():
     ours = torch.nn.Embedding.from_pretrained(w.clone(), freeze=False, sparse=True)
     opt, state = torch.optim.SparseAdam(ref.parameters(), lr=0.02, betas=(0.8, 0.95), eps=1e-6), {}
     for i in range(40):
-        idx = torch.randint(0, 50 + 5 * i, (64,))
-        for e in (ref, ours): e.weight.grad = None; (e(idx) ** 3).sum().backward()
+        idx, c = torch.randint(0, 50 + 5 * i, (64,)), torch.randn(64, 8)   # rows repeat in a batch and across batches
+        for e in (ref, ours): e.weight.grad = None; (e(idx) * c).sum().backward()   # the same grads for both
         opt.step()
         sparse_adam_step(ours.weight, ours.weight.grad, state, 0.02, 0.8, 0.95, 1e-6)
-    torch.testing.assert_close(ours.weight, ref.weight, atol=1e-6, rtol=1e-5)
+    tol = adam_drift([(0.02, 0.8, 0.95)] * 40, torch.cat([w, ref.weight.detach()]))
+    torch.testing.assert_close(ours.weight, ref.weight, atol=tol, rtol=0)
     # moments are kept for the rows touched so far, not the table (storage at most doubles that)
     touched = (state['slot'] >= 0).sum().item()
     assert touched == state['n'] < 500 and state['n'] <= len(state['exp_avg']) <= 1.5 * state['n'] + 1
@@ -52,7 +69,8 @@ def test_sparse_adam_step_is_torch_sparse_adam():
 
 def test_sparse_columns():
     class To: cat_names, classes = ['a', 'b', 'c'], {'a': list(range(5)), 'b': list(range(5000)), 'c': list(range(50))}
-    assert sparse_columns(To, 100) == [1] and sparse_columns(To, ['c', 'a']) == [0, 2] and sparse_columns(To, True) == [0, 1, 2]
+    assert sparse_columns(To, 100) == [1] and sparse_columns(To, ['c', 'a']) == [0, 2]
+    assert sparse_columns(To, True) == [0, 1, 2]
     assert sparse_columns(To, None) == []
     with pytest.raises(ValueError, match=r"sparse names \['zz'\]"): sparse_columns(To, ['zz'])
 
@@ -65,7 +83,9 @@ def test_sparse_and_dense_reach_comparable_loss(dls, prior):
     assert type(sparse.opt).__name__ == 'SparseOptimizer'
     d, s = dense.recorder.values[-1][0], sparse.recorder.values[-1][0]
     assert s < prior - MARGIN and d < prior - MARGIN, (s, d, prior)   # both learned more than the class prior
-    assert abs(s - d) / d < 0.03, (s, d)
+    # and sparse learns most of what dense learns beyond it: 95-97% over seeds (machines move it as seeds do, by about
+    # 1%); with its two tables never stepped (sparse_lr_mult=0) the model learns 49% of it
+    assert prior - s > 0.8 * (prior - d), (s, d, prior)
     # the sparse state is the touched rows only, far smaller than Adam's two dense moments
     st = sparse.opt.state[emb[1].weight]
     assert st['n'] == (st['slot'] >= 0).sum() and len(st['exp_avg']) <= min(1.5 * st['n'] + 1, emb[1].weight.shape[0])
@@ -116,27 +136,73 @@ def test_fused_equals_unfused_and_exports(dls, prior, tmp_path):
     empty = [t[:0] for t in b[:2]]   # a 0-row batch (an empty test_dl): bags too
     assert mixed.model(*empty).shape == plain2.model(*empty).shape == (0, dls.c)
 
-def test_fused_sparse_equals_unfused_sparse(dls, prior):
-    """A fused table can be sparse as a whole: its rows get the lazy Adam update, the layers the dense optimizer, and
-    it trains as the per-column sparse tables do (same init, same batches: same tables and layers after an epoch)."""
+class Float64Steps(Callback):
+    "Train in float64 (the model, and the conts cast) for `n` steps, keeping each batch's cats."
+    def __init__(self, n=1): self.n = n
+    def before_fit(self): self.model.double(); self.cats = []
+    def before_batch(self):
+        self.cats.append(self.xb[0].cpu())
+        self.learn.xb = (self.xb[0], self.xb[1].double())
+    def after_step(self):
+        if self.iter + 1 >= self.n: raise CancelFitException
+
+def test_fused_sparse_step_equals_unfused_sparse(dls):
+    """A fused table can be sparse as a whole: from the same weights and batch, a training step in float64 gives what
+    the per-column sparse tables give: the lazy Adam update on the rows in the batch, no other row moved, and the
+    layers stepped by the dense optimizer, all in one optimizer of the same type."""
     set_seed(0)
     fused = tabular_learner(dls, layers=[32], emb_szs=16, fused=True, sparse=True)
     plain = tabular_learner(dls, layers=[32], emb_szs=16, sparse=True)
     plain.model.load_state_dict(fused.model.unfused_state_dict())
-    for learn in (fused, plain):
-        set_seed(1)   # the same permutations
-        with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-2)
-    w = fused.model.fused.weights[0]
-    st = fused.opt.state[w]
-    assert fused.model.fused.sparse and 0 < st['n'] < w.shape[0] and st['step'] == len(dls.train)
-    assert all(e.sparse for e in plain.model.embeds) and type(plain.opt).__name__ == type(fused.opt).__name__
-    # float rounding, which Adam's normalized steps amplify where grads are tiny, moves a few elements by up to 2e-3;
-    # a wrong row, lr or moment moves most of them by about the lr, 1e-2
-    pairs = list(zip(fused.model.fused.column_weights(), [e.weight for e in plain.model.embeds], strict=True))
+    w0 = [w.detach().cpu().double() for w in fused.model.fused.column_weights()]
+    cbs, lr = [Float64Steps(1), Float64Steps(1)], 1e-2
+    for learn, cb in zip((fused, plain), cbs):
+        set_seed(1)   # the same first batch
+        with learn.no_bar(), learn.no_logging(): learn.fit(1, lr, cbs=cb)
+    assert torch.equal(cbs[0].cats[0], cbs[1].cats[0])
+    assert fused.model.fused.sparse and all(e.sparse for e in plain.model.embeds)
+    assert type(fused.opt).__name__ == type(plain.opt).__name__ == 'SparseOptimizer'
+    # the rows in the batch get moments (and only those); no other row moves: exact
+    x_cat, widths = cbs[0].cats[0], dls.train_ds.cat_widths()
+    st = fused.opt.state[fused.model.fused.weights[0]]
+    tables = [w.detach().cpu() for w in fused.model.fused.column_weights()]
+    n_in_batch = 0
+    for w, w_0, j, k in zip(tables, w0, np.cumsum([0] + widths[:-1]), widths, strict=True):
+        codes = x_cat[:, j:j + k]
+        in_batch = torch.zeros(len(w), dtype=torch.bool)
+        in_batch[codes[codes >= 0].long()] = True
+        assert torch.equal(w[~in_batch], w_0[~in_batch])
+        n_in_batch += in_batch.sum().item()
+    assert st['step'] == 1 and st['n'] == n_in_batch
+    # Both compute the same sums in float64, in their own orders (a bag's rows, a row's grads over the batch): each
+    # within n*eps64 of the size of its terms, n <= bs, per-row grads below 10 in size (the log loss's grad in the
+    # logits is below 1; weights and normalized activations are small). Adam's first step, lr*g/(|g|+eps), is
+    # lr/eps-Lipschitz in g: the weights agree within lr/eps * bs*eps64*10 (5e-9; in float32, 0.2), plus their
+    # update's rounding (eps64*|w|). A wrong row or lr moves elements by about lr; weight decay on the table by
+    # lr*wd*|w| (1e-6): far beyond.
+    eps64, eps = torch.finfo(torch.float64).eps, fused.opt.hypers[0]['eps']
+    tol = lr / eps * dls.bs * eps64 * 10
+    pairs = list(zip(tables, [e.weight for e in plain.model.embeds], strict=True))
     for a, b in pairs + list(zip(fused.model.layers.parameters(), plain.model.layers.parameters(), strict=True)):
-        d = (a - b).abs()
-        assert d.max() < 1e-2 and d.mean() < 1e-5 and (d > 1e-4).float().mean() < 1e-2   # seen: 2e-3, 2e-6, 4e-4
-    assert fused.recorder.values[-1][0] < prior - MARGIN
+        assert a.dtype == b.dtype == torch.float64
+        torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), atol=tol, rtol=4 * eps64)
+
+def test_fused_sparse_trains_as_sparse_adam(dls, prior):
+    """Over an epoch of `fit_one_cycle` the fused sparse table steps as torch's SparseAdam replayed from its recorded
+    grads and scheduled hypers, keeps moments for the rows it has seen only, and the model beats the class prior.
+    (Fused and per-column training are not compared after an epoch: float32 rounding, which Adam's normalized steps
+    amplify by up to lr/eps a step, grows with every step, to 1e-2 in 20 steps on some CPUs. One step is, above.)"""
+    set_seed(0)
+    rec = RecordSparseSteps(lambda m: m.fused.weights[0])
+    learn = tabular_learner(dls, layers=[32], emb_szs=16, fused=True, sparse=True, cbs=rec)
+    w = learn.model.fused.weights[0]
+    w0 = w.detach().cpu().clone()
+    with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-2)
+    st = learn.opt.state[w]
+    assert 0 < st['n'] < w.shape[0] and st['step'] == len(dls.train) == len(rec.grads)
+    ref, tol = replay_sparse_adam(w0, rec)
+    torch.testing.assert_close(w.detach().cpu(), ref, atol=tol, rtol=0)
+    assert learn.recorder.values[-1][0] < prior - MARGIN
 
 def test_multi_hot_predict_and_export(dls, tmp_path):
     learn = fit(dls, epochs=1, path=tmp_path)
@@ -159,18 +225,29 @@ def test_plain_model_is_fastais(dls):
     torch.testing.assert_close(ours(*x), ref(*x))
 
 class RecordSparseSteps(Callback):
-    "The sparse grad of table `i` and the hypers of its group at every training step (what the optimizer then uses)."
-    def __init__(self, i): self.i = i
+    "The sparse grad of table `weight(model)` and its group's hypers at each training step (what the optimizer uses)."
+    def __init__(self, weight): self.weight = weight
     def before_fit(self): self.grads, self.hypers = [], []
     def before_step(self):
-        self.grads.append(self.model.embeds[self.i].weight.grad.detach().cpu().clone())
+        self.grads.append(self.weight(self.model).grad.detach().cpu().clone())
         self.hypers.append({k: self.opt.hypers[0][k] for k in ('lr', 'mom', 'sqr_mom', 'eps')})
+
+def replay_sparse_adam(w0, rec, lr_mult=1.):
+    "torch's SparseAdam from `w0` on the grads and hypers `rec` recorded, and how far from it the table may be."
+    ref = torch.nn.Parameter(w0.clone())
+    opt = torch.optim.SparseAdam([ref])
+    for g, h in zip(rec.grads, rec.hypers, strict=True):
+        opt.param_groups[0].update(lr=h['lr'] * lr_mult, betas=(h['mom'], h['sqr_mom']), eps=h['eps'])
+        ref.grad = g
+        opt.step()
+    hypers = [(h['lr'] * lr_mult, h['mom'], h['sqr_mom']) for h in rec.hypers]
+    return ref.detach(), adam_drift(hypers, torch.cat([w0, ref.detach()]))
 
 def test_sparse_table_steps_as_sparse_adam_through_the_learner(dls):
     """Through `fit_one_cycle`, a sparse table steps as torch's SparseAdam given the scheduled lr x `sparse_lr_mult`,
     betas (mom, sqr_mom) and eps at every step, with no weight decay (fit's wd=0.1 reaches the dense params only):
     replayed from the recorded grads, SparseAdam ends at the same table, and rows never in a batch have not moved."""
-    rec = RecordSparseSteps(1)
+    rec = RecordSparseSteps(lambda m: m.embeds[1].weight)
     set_seed(0)   # a third of the epoch (the warmup), so that many movies are in no batch
     learn = tabular_learner(dls, layers=[32], sparse=['movieId'], sparse_lr_mult=0.5,
                             cbs=[rec, ShortEpochCallback(0.3)])
@@ -178,14 +255,9 @@ def test_sparse_table_steps_as_sparse_adam_through_the_learner(dls):
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-2, wd=0.1)
     lrs, moms = [h['lr'] for h in rec.hypers], [h['mom'] for h in rec.hypers]
     assert len(rec.grads) > 10 and len(set(lrs)) == len(set(moms)) == len(rec.grads)   # the schedule moved both
-    ref = torch.nn.Parameter(w0.clone())
-    opt = torch.optim.SparseAdam([ref])
-    for g, h in zip(rec.grads, rec.hypers):
-        opt.param_groups[0].update(lr=h['lr'] * 0.5, betas=(h['mom'], h['sqr_mom']), eps=h['eps'])
-        ref.grad = g
-        opt.step()
+    ref, tol = replay_sparse_adam(w0, rec, 0.5)
     w = learn.model.embeds[1].weight.detach().cpu()
-    torch.testing.assert_close(w, ref.detach(), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(w, ref, atol=tol, rtol=0)
     seen = torch.zeros(len(w), dtype=torch.bool)
     for g in rec.grads: seen[g.coalesce().indices()[0]] = True
     assert (~seen).sum() > 1000 and torch.equal(w[~seen], w0[~seen])     # a decay would have shrunk them
@@ -232,6 +304,8 @@ def test_bf16_autocast_trains(dls, prior, fused):
     p_amp = learn.get_preds()[0]
     learn.remove_cb(cb)
     p32 = learn.get_preds()[0]
+    # bf16 keeps 8 significant bits: the layers' inputs and weights round by up to 2^-9 relative, so the logits move by
+    # a few 2^-9 times the size of their terms (about 1 here), the probabilities (slope at most 1/4) by less than 0.03
     assert (p_amp - p32).abs().max() < 0.03 and not torch.equal(p_amp, p32)
 
 def test_to_fp16_trains(dls, prior):
