@@ -1,7 +1,7 @@
 "fastai's own `Categorify`, `FillMissing`, `Normalize` and `Categorize`, computed on the frame's device (cuDF or pandas)."
 from __future__ import annotations
 
-import functools, warnings
+import functools, operator, warnings
 from collections import defaultdict
 import numpy as np, pandas as pd
 from fastcore.basics import store_attr
@@ -175,12 +175,28 @@ def _normalize_setups(self, to):
     self.means,self.stds = _stats(to.train.items[list(to.cont_names)])
     return self(to)
 
+def _operand_dtype(d:dict) -> np.dtype:
+    "The dtype of the Series pandas makes of a means (stds) dict in fastai's `conts - means`: float32 only if all are."
+    return pd.Series(list(d.values())).dtype if d else np.dtype('float64')
+
+def _arith(col, op, v, dt):
+    """`op(col, v)` as fastai's frame-wide `op(conts, means)` computes it: pandas broadcasts the `dt` Series to the
+    frame's shape, so numpy promotes a float32 column against float64 means (against a scalar pandas keeps float32)."""
+    if not is_cudf(col): return op(col, np.broadcast_to(np.asarray(v, dt), col.shape))   # zero strides: no copy
+    # cuDF takes no host array: the column in numpy's promoted dtype, then the value in it
+    t = np.result_type(col.dtype, dt)
+    return op(col if col.dtype == t else col.astype(t), t.type(dt.type(v)))
+
 def _normalize_encodes(self, to):
-    for n in to.cont_names: to.set_col(n, (to.items[n] - self.means[n]) / self.stds[n])
+    mt,st = _operand_dtype(self.means),_operand_dtype(self.stds)
+    for n in to.cont_names:
+        to.set_col(n, _arith(_arith(to.items[n], operator.sub, self.means[n], mt), operator.truediv, self.stds[n], st))
     return to
 
 def _normalize_decodes(self, to):
-    for n in to.cont_names: to.set_col(n, to.items[n] * self.stds[n] + self.means[n])
+    mt,st = _operand_dtype(self.means),_operand_dtype(self.stds)
+    for n in to.cont_names:
+        to.set_col(n, _arith(_arith(to.items[n], operator.mul, self.stds[n], st), operator.add, self.means[n], mt))
     return to
 
 # --- Categorize (the target of a classification) -------------------------------------------------------------------
