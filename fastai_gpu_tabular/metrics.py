@@ -1,17 +1,25 @@
-"""RecSys evaluation as fastai metrics, computed with torch on the predictions' device: exact binary ROC AUC and log
-loss, and per-group (user, session) MRR, NDCG@k and HitRate@k.
+"""RecSys evaluation as fastai metrics, computed with torch on the predictions' device: binary ROC AUC (sklearn's, to
+the last bit) and log loss, and per-group (user, session) MRR, NDCG@k and HitRate@k.
 
 fastai's `RocAucBinary` copies every validation batch to the host and runs sklearn at the end. These keep each batch's
 scores on the device (no copy, no host sync: `accumulate` only queues device work) and compute once, when `value` is
-read, over the rows of every process (one `torch.distributed` all-gather when it is initialised).
+read, over the rows of every process (one `torch.distributed` all-gather when it is initialised). AUC's last step, the
+sum of its ROC curve's trapezoids, is numpy's on the host: sklearn's sum, so that the float is sklearn's.
 
 Conventions (those of fastai's `RocAucBinary` and sklearn, unless said):
 * **Predictions.** `(n, 2)`: the model's two logits for a 2-class target (CrossEntropy); the positive class is the last
   (index 1: 'yes' of ['no', 'yes'], True of [False, True]). `(n,)` or `(n, 1)`: one output, a logit (BCEWithLogits) or a
   probability/score (a sigmoid output, a regression). Half and bfloat16 outputs (`to_fp16`) are upcast to float32.
-* **Scores** (AUC, ranking): the logit margin `x[:, 1] - x[:, 0]` for two columns, a strictly increasing function of
-  the softmax probability `RocAucBinary` ranks by, without its float saturation (margins above ~17 all round to
-  probability 1.0 in float32, and would tie); the output itself for one column.
+* **Scores** (AUC, ranking), `score='preds'` (the default): what fastai's `get_preds` returns, the positive (last)
+  column of the loss's `activation` applied to the outputs (softmax for CrossEntropy's two logits, sigmoid for
+  BCEWithLogits' one; the same for torch's own `nn.CrossEntropyLoss`/`nn.BCEWithLogitsLoss`, which have none), or the
+  output itself where the loss has no activation (MSE). It is the float32 op `RocAucBinary` applies to each batch on
+  the device, and the one `get_preds` applies on the host to the gathered batches (a row's value does not depend on
+  its batch), so that AUC equals `RocAucBinary` and sklearn's `roc_auc_score` on `get_preds` to the last bit, ties
+  included: float32 probabilities saturate (margins above ~17 all round to 1.0) and round distinct margins alike.
+  (On CUDA, whether its softmax rounds as the CPU's, which `get_preds` uses, is not tested yet.) `score='margin'`
+  ranks the raw output instead, the logit margin `x[:, 1] - x[:, 0]` of two columns (a strictly increasing function
+  of the probability, without its rounding) or the one column.
 * **Positives.** A 0/1 target (a 2-class category index, or a float 0/1); anything else is an error, unless `thresh`
   is given: then a row is positive when its target is `>= thresh` (a rating >= 4).
 * **Ties** count as the expectation over a uniformly random order of the tied rows: AUC gives a tied
@@ -26,16 +34,18 @@ Conventions (those of fastai's `RocAucBinary` and sklearn, unless said):
 from __future__ import annotations
 
 import math, warnings
+from functools import partial
 
-import torch
+import numpy as np, torch
 import torch.nn.functional as F
 from torch import nn
 from fastai.learner import Metric
+from fastcore.basics import noop
 
 from .loader import _cat_widths
 
-__all__ = ['roc_auc', 'binary_log_loss', 'rank_metrics', 'RANK_METRICS', 'binary_scores', 'group_position',
-           'AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate']
+__all__ = ['roc_auc', 'binary_log_loss', 'rank_metrics', 'RANK_METRICS', 'binary_scores', 'loss_activation',
+           'group_position', 'AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate']
 
 # --- the computations, on whatever device the tensors are ----------------------------------------------------------
 def _segsum(x, ids, n):
@@ -64,22 +74,32 @@ def _check_binary(targets, what):
     return targets.bool()
 
 def roc_auc(scores, targets) -> float:
-    """Exact binary ROC AUC of `scores` for 0/1 `targets` (sklearn's `roc_auc_score`, ties counted 1/2): the
-    Mann-Whitney U from one sort, in integer arithmetic. One class only: a warning and NaN, as sklearn."""
+    """Binary ROC AUC of `scores` for 0/1 `targets`, computed as sklearn's `roc_auc_score` is, so that the float is
+    sklearn's to the last bit: its ROC curve (a point per distinct score, so that a tied positive/negative pair counts
+    1/2, collinear points dropped) in integer counts on the device, its trapezoids in float64 there, and their sum by
+    numpy's `sum` on the host (sklearn's; a sum in another order can differ in the last bits). One class only: a
+    warning and NaN, as sklearn."""
     s,y = scores.reshape(-1),targets.reshape(-1)
     _check_scores(s, y, 'roc_auc')
     y = _check_binary(y, 'roc_auc')
-    o = torch.argsort(s)
-    s,y = s[o],y[o]
-    blk = _starts(s).cumsum(0) - 1                   # tie block of each row, in increasing score
-    neg = _segsum((~y).long(), blk, len(s))          # negatives per block
-    below = neg.cumsum(0) - neg                      # negatives strictly below each block
-    u2 = ((2 * below + neg)[blk] * y).sum()          # 2U: each positive beats the negatives below, ties with its own
-    npos = int(y.sum()); nneg = len(y) - npos
+    o = torch.sort(s, descending=True).indices       # sklearn's order: thresholds from the highest score down
+    s,y = s[o],y[o].long()
+    end = torch.ones_like(y, dtype=torch.bool)
+    end[:-1] = s[1:] != s[:-1]                       # a tie block's last row: one threshold
+    idx = end.nonzero().squeeze(1)
+    tps = y.cumsum(0)[idx]                           # positives, then negatives, scored at or above each threshold
+    fps = idx + 1 - tps
+    npos,nneg = torch.cat([tps[-1:], fps[-1:]]).tolist() if len(y) else (0, 0)
     if npos == 0 or nneg == 0:
         warnings.warn("only one class is present in the targets: ROC AUC is not defined (NaN)")
         return float('nan')
-    return int(u2) / (2 * npos * nneg)
+    if len(tps) > 2:                                 # sklearn's drop_intermediate: keep the curve's corners only
+        bend = (fps[2:] - 2 * fps[1:-1] + fps[:-2] != 0) | (tps[2:] - 2 * tps[1:-1] + tps[:-2] != 0)
+        keep = torch.cat([bend.new_ones(1), bend, bend.new_ones(1)])
+        fps,tps = fps[keep],tps[keep]
+    fps,tps = (torch.cat([v.new_zeros(1), v]).double() for v in (fps, tps))
+    fpr,tpr = fps / fps[-1:],tps / tps[-1:]          # by a tensor: CUDA divides by a host scalar's reciprocal
+    return float(np.sum(((fpr[1:] - fpr[:-1]) * (tpr[1:] + tpr[:-1]) / 2.0).cpu().numpy()))
 
 def _low(x): return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
@@ -90,10 +110,14 @@ def _cols(pred, what):
     raise ValueError(f"{what} is a binary metric: it takes predictions of shape (n, 2) (a 2-class target's logits) or "
                      f"(n,)/(n, 1) (one logit or probability), got {tuple(pred.shape)}")
 
-def binary_scores(pred, what='the metric'):
-    "Ranking scores of binary predictions: the logit margin of 2 columns (monotone in the softmax), or the one column."
+def binary_scores(pred, what='the metric', act=None):
+    """Ranking scores of binary predictions. With `act` (a loss's activation, `noop` for none, see `loss_activation`):
+    the positive (last) column of `act(pred)`, what `get_preds` returns. `act=None`: the raw output, the logit margin
+    of 2 columns (monotone in the softmax, without its float saturation) or the one column."""
+    if act is not None: pred = act(_low(pred))
     x,two = _cols(pred, what)
-    return x[:, 1] - x[:, 0] if two else x
+    if not two: return x
+    return x[:, 1] - x[:, 0] if act is None else x[:, 1]
 
 def _row_log_loss(pred, pos, logits, what='log loss'):
     """Per-row log loss of boolean `pos`, as sklearn's `log_loss` on the probabilities (clipped to [eps, 1-eps], eps of
@@ -218,12 +242,25 @@ def _positives(y, thresh):
     if thresh is not None: return y >= thresh, y.new_zeros(1, dtype=torch.long)
     return y == 1, ((y != 0) & (y != 1)).sum().view(1)
 
-def _is_logits(loss_func) -> bool:
-    "Whether the model outputs logits, as the loss says: fastai's has an `activation` (softmax, sigmoid), or torch's."
+def loss_activation(loss_func):
+    """What fastai's `get_preds` applies to the outputs of a model trained with `loss_func`: its `activation` (fastai's
+    losses), for torch's logit losses (no `activation`) the softmax/sigmoid fastai's would apply, else `noop`."""
+    act = getattr(loss_func, 'activation', None)
+    if callable(act) and getattr(act, '__name__', '') != 'noops': return act   # fastai's BaseLoss: noops, no activation
     f = getattr(loss_func, 'func', loss_func)
-    if isinstance(f, (nn.CrossEntropyLoss, nn.BCEWithLogitsLoss)): return True
-    if f in (F.cross_entropy, F.binary_cross_entropy_with_logits): return True
-    return getattr(getattr(loss_func, 'activation', None), '__name__', 'noops') != 'noops'   # fastai's BaseLoss: noops
+    if isinstance(f, nn.CrossEntropyLoss) or f is F.cross_entropy: return partial(F.softmax, dim=-1)
+    if isinstance(f, nn.BCEWithLogitsLoss) or f is F.binary_cross_entropy_with_logits: return torch.sigmoid
+    return noop
+
+def _is_logits(loss_func) -> bool:
+    "Whether the model outputs logits, as the loss says: it has an activation (softmax, sigmoid)."
+    return loss_activation(loss_func) is not noop
+
+_SCORES = ('preds', 'margin')
+
+def _check_score(score, name):
+    if score not in _SCORES: raise ValueError(f"{name}: score must be one of {_SCORES}, got {score!r}")
+    return score
 
 class DeviceMetric(Metric):
     """A fastai `Metric` whose `accumulate` keeps a few tensors per batch on the device (`_batch`) and whose `value`
@@ -248,12 +285,18 @@ class DeviceMetric(Metric):
     @property
     def name(self): return self._name
 
+    def _scores(self, learn, pred):
+        "Each row's ranking score (`binary_scores`): of what `get_preds` returns (`score='preds'`), or the raw margin."
+        return binary_scores(pred, self._name, loss_activation(learn.loss_func) if self.score == 'preds' else None)
+
 class AUC(DeviceMetric):
-    "Exact binary ROC AUC on the device (sklearn's `roc_auc_score`); for the conventions see the module's docstring."
-    def __init__(self, thresh=None, name='auc'): self.thresh,self._name = thresh,name
+    """Binary ROC AUC (sklearn's `roc_auc_score`, to the last bit) of `score`: `'preds'`, the probabilities fastai's
+    `RocAucBinary` and `get_preds` give, or `'margin'`, the logits (see the module's docstring)."""
+    def __init__(self, thresh=None, name='auc', score='preds'):
+        self.thresh,self._name,self.score = thresh,name,_check_score(score, name)
     def _batch(self, learn, pred, y, bs):
         pos,bad = _positives(y, self.thresh)
-        return binary_scores(pred, self._name), pos, bad
+        return self._scores(learn, pred), pos, bad
     def _compute(self, scores, pos): return roc_auc(scores, pos)
 
 class LogLoss(DeviceMetric):
@@ -277,12 +320,14 @@ def group_position(to, name) -> int:
     return sum(widths[:i])
 
 class RankMetric(DeviceMetric):
-    "A per-group ranking metric (see `rank_metrics`): keeps each batch's scores, positives and group codes."
-    def __init__(self, group:str, k:int|None, thresh, name):
+    """A per-group ranking metric (see `rank_metrics`): keeps each batch's scores, positives and group codes. `score`:
+    `'preds'` ranks what `get_preds` returns, `'margin'` the logits (see the module's docstring)."""
+    def __init__(self, group:str, k:int|None, thresh, name, score):
         if not isinstance(group, str): raise ValueError(f"{name} needs group=, the name of a cat column (user/session)")
         if k is not None and (not isinstance(k, int) or k < 1):
             raise ValueError(f"{name}: k must be a positive int, got {k!r}")
         self.group,self.k,self.thresh,self._name,self._pos = group,k,thresh,name,{}
+        self.score = _check_score(score, name)
 
     def check_dls(self, dls):
         "Fail now, not after an epoch, if the group column is not a single cat column of `dls`."
@@ -295,7 +340,7 @@ class RankMetric(DeviceMetric):
         if key not in self._pos: self._pos[key] = group_position(to, self.group)
         pos,bad = _positives(y, self.thresh)
         g = learn.xb[0][:bs, self._pos[key]].clone()   # a copy: a view would keep the batch's whole x_cat alive
-        return binary_scores(pred, self._name), pos, g, bad
+        return self._scores(learn, pred), pos, g, bad
 
     def _compute(self, scores, pos, groups):
         res = rank_metrics(scores, pos, groups, self.k, (self._key,))
@@ -305,18 +350,18 @@ class RankMetric(DeviceMetric):
 class MRR(RankMetric):
     "Mean reciprocal rank of the first relevant row per group (`k`: 0 past the first k)."
     _key = 'mrr'
-    def __init__(self, group:str=None, k:int|None=None, thresh=None, name=None):
-        super().__init__(group, k, thresh, name or ('mrr' if k is None else f'mrr@{k}'))
+    def __init__(self, group:str=None, k:int|None=None, thresh=None, name=None, score='preds'):
+        super().__init__(group, k, thresh, name or ('mrr' if k is None else f'mrr@{k}'), score)
 
 class NDCG(RankMetric):
     "Mean NDCG@k per group, binary relevance, gain 1 and discount 1/log2(rank + 1)."
     _key = 'ndcg'
-    def __init__(self, k:int|None=10, group:str=None, thresh=None, name=None):
-        super().__init__(group, k, thresh, name or ('ndcg' if k is None else f'ndcg@{k}'))
+    def __init__(self, k:int|None=10, group:str=None, thresh=None, name=None, score='preds'):
+        super().__init__(group, k, thresh, name or ('ndcg' if k is None else f'ndcg@{k}'), score)
 
 class HitRate(RankMetric):
     "Share of groups with a relevant row in their top k."
     _key = 'hit_rate'
-    def __init__(self, k:int=10, group:str=None, thresh=None, name=None):
+    def __init__(self, k:int=10, group:str=None, thresh=None, name=None, score='preds'):
         if k is None: raise ValueError("HitRate needs k (a cut-off)")
-        super().__init__(group, k, thresh, name or f'hit_rate@{k}')
+        super().__init__(group, k, thresh, name or f'hit_rate@{k}', score)

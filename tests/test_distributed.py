@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np, pytest, torch
+import sklearn.metrics as skm
 from hypothesis import given, settings, strategies as st
 
 pytest.importorskip('accelerate', reason="fastai's distrib_ctx needs accelerate (the test extra installs it)")
@@ -14,10 +15,11 @@ from fastai.callback.fp16 import MixedPrecision
 from fastai.learner import Callback, CancelFitException, load_learner
 from fastai.metrics import RocAucBinary, accuracy
 from fastai.tabular.all import Categorify, FillMissing, Normalize, tabular_config
-from fastai.torch_core import rank_distrib, set_seed
+from fastai.torch_core import noop, rank_distrib, set_seed
 from fastai.distributed import DistributedDL
 from fastai_gpu_tabular import core
-from fastai_gpu_tabular.all import DistributedBatchDL, Lamb, TabularGPU, shard_layout, shard_span, tabular_learner
+from fastai_gpu_tabular.all import (AUC, DistributedBatchDL, Lamb, TabularGPU, shard_layout, shard_span,
+                                    tabular_learner)
 from fastai_gpu_tabular.data import load_adult
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']
@@ -45,8 +47,8 @@ def sparse_to(df, splits):
                       y_names='income', splits=splits)
 
 def dense_learner(to, **kwargs):
-    return tabular_learner(to.dataloaders(bs=BS, val_bs=VAL_BS), layers=[32, 16], metrics=[accuracy, RocAucBinary()],
-                           **kwargs)
+    return tabular_learner(to.dataloaders(bs=BS, val_bs=VAL_BS), layers=[32, 16],
+                           metrics=[accuracy, RocAucBinary(), AUC(), AUC(score='margin')], **kwargs)
 
 def sparse_learner(to, kind, bs, **kwargs):
     "No BatchNorm, unshuffled training: `bs` rows on each of 2 ranks then step exactly as `2*bs` rows on one process."
@@ -91,6 +93,7 @@ def rank_main(out):
         learn.fit_one_cycle(2, 1e-2)
         res.update(epochs=rows.epochs, lens=rows.lens, train_iter=learn.train_iter, pct_train=learn.pct_train,
                    state=state(learn), validate=learn.validate(), preds=learn.get_preds(),
+                   preds_raw=learn.get_preds(act=noop),
                    preds_train=learn.get_preds(ds_idx=0), preds_one=learn.get_preds(dl=learn.dls.test_dl(df.iloc[:1])),
                    validate_few=learn.validate(dl=learn.dls.test_dl(df.iloc[:5])))   # 3 rows on rank 0, 2 on rank 1
         pad = DistributedDL(learn.dls.train.new(drop_last=False))
@@ -296,6 +299,18 @@ def test_validation_equals_single_process(ranks, adult):
             torch.testing.assert_close(r[k][0], p, rtol=1e-5, atol=1e-6)
     learn = single(to, r0['bf16']['state'], cbs=CPUBFloat16())
     np.testing.assert_allclose(r0['bf16']['validate'], learn.validate(), rtol=1e-3)
+
+def test_auc_is_sklearn_on_gathered_preds(ranks):
+    """Under distrib_ctx, AUC (each rank's rows gathered, DistributedDL's padding left out) is RocAucBinary's value and
+    sklearn's on get_preds' probabilities (every rank's), to the last bit; `score='margin'` ranks the logit margins."""
+    (r0,r1),_ = ranks
+    for r in (r0, r1):
+        (p,y),(x,_) = r['preds'],r['preds_raw']
+        y = y.numpy().ravel()
+        _,_,roc,auc,auc_margin = r['validate']
+        assert auc == roc == skm.roc_auc_score(y, p[:, 1].numpy())
+        assert auc_margin == skm.roc_auc_score(y, (x[:, 1] - x[:, 0]).numpy())
+        for k in ('fp16', 'bf16'): assert r[k]['validate'][3] == r[k]['validate'][2]   # half outputs made float
 
 def test_sparse_tables_step_as_one_process(ranks):
     """A step of 2 ranks x 512 rows is one of a process x 1,024 rows: DDP for the dense weights, `SparseGradSync` for
