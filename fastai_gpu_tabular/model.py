@@ -25,7 +25,11 @@ def _embedding(ni, nf, sparse=False):
 def bag_lookup(codes, weight, mode='mean', sparse=False):
     "Embed bags of `codes` (`[bs, slots]`, -1 = padding) in `weight`: the sum or mean of each row's embeddings."
     mask = codes >= 0
-    out = F.embedding_bag(codes.clamp(min=0), weight, mode='sum', sparse=sparse, per_sample_weights=mask.to(weight.dtype))
+    # a padding slot looks up a row with weight 0: for a sparse grad, a row of the batch (its largest code), so that the
+    # grad lists only rows the batch holds and the lazy optimizer moves no other (row 0, `#na#`, would be listed)
+    pad = codes.max().clamp(min=0) if sparse else 0
+    idx = torch.where(mask, codes, pad)
+    out = F.embedding_bag(idx, weight, mode='sum', sparse=sparse, per_sample_weights=mask.to(weight.dtype))
     return out / mask.sum(1, keepdim=True).clamp(min=1).to(out.dtype) if mode == 'mean' else out
 
 def masked_bag_lookup(codes, weight, mode='mean'):
