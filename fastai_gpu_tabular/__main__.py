@@ -10,7 +10,7 @@ from fastai.tabular.all import (Callback, Categorify, FillMissing, Lamb, Normali
 
 from .backend import cudf_available, cudf_reason, to_backend
 from .core import TabularGPU
-from .data import load_flights
+from .datasets import load_flights
 
 __all__ = ['flights_task', 'batch_size', 'PlainTable', 'main']
 

@@ -9,10 +9,10 @@ from .model import *
 from .learner import *
 from .optimizer import *
 from .metrics import *
-from .data import *
+from .datasets import *
 from .export import *
 from .keras_loader import *
 from .distributed import *
 from .stream import *
-from .dask_stats import *
-from .dask_tabular import *
+from .dask.stats import *
+from .dask.tabular import *

@@ -70,9 +70,9 @@ class _TabIloc(fatc._TabIloc):
 class TabularGPU(Tabular):
     "A `Tabular` over a cuDF or pandas frame: fastai's procs run on the frame's own device, batches come from packed tensors"
     def __new__(cls, df=None, *args, **kwargs):
-        "A Dask frame gives a `TabularDask` (dask_tabular.py): learned over its partitions, packed into chunks on disk."
+        "A Dask frame gives a `TabularDask` (dask/tabular.py): learned over its partitions, packed into chunks on disk."
         if cls is TabularGPU and is_dask(df):
-            from .dask_tabular import TabularDask
+            from .dask.tabular import TabularDask
             cls = TabularDask
         return super().__new__(cls)
 

@@ -10,7 +10,7 @@ from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, Lamb, Tabu
 from fastai_gpu_tabular.backend import (codes_dtype, encode_codes, mode_value, sorted_uniques, split_lists, to_backend,
                                         to_pandas)
 from fastai_gpu_tabular.bench.contenders import held_memory
-from fastai_gpu_tabular.data import load_adult, load_flights, load_movielens
+from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
 import fastai_gpu_tabular.core as fgc
 import fastai_gpu_tabular.procs as fgp
 from parity import assert_same_processing, build_both

@@ -11,7 +11,7 @@ from fastai.tabular.all import (BCEWithLogitsLossFlat, CrossEntropyLossFlat, Fil
                                 RandomSplitter, RocAucBinary, noop, range_of, set_seed)
 from fastai_gpu_tabular.all import (AUC, HitRate, LogLoss, MRR, NDCG, Categorify, TabularGPU, binary_log_loss,
                                     group_position, rank_metrics, roc_auc, tabular_learner)
-from fastai_gpu_tabular.data import load_movielens_100k
+from fastai_gpu_tabular.datasets import load_movielens_100k
 from host_sync import HostConversions
 
 HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -3,7 +3,7 @@ import numpy as np, pytest, torch
 from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
 from fastai_gpu_tabular.all import Categorify, TabularGPU
 from fastai_gpu_tabular.backend import to_backend, to_pandas
-from fastai_gpu_tabular.data import load_movielens, load_movielens_100k
+from fastai_gpu_tabular.datasets import load_movielens, load_movielens_100k
 import fastai_gpu_tabular.core as fgc
 
 @pytest.fixture(scope='module')

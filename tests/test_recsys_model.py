@@ -5,7 +5,7 @@ from fastai.tabular.all import (Callback, FillMissing, MixedPrecision, Normalize
                                 ShortEpochCallback, TabularModel, load_learner, range_of, set_seed)
 from fastai_gpu_tabular.all import (Categorify, Lamb, TabularGPU, TabularModelGPU, sparse_adam_step, sparse_columns,
                                     tabular_learner)
-from fastai_gpu_tabular.data import load_movielens
+from fastai_gpu_tabular.datasets import load_movielens
 
 @pytest.fixture(scope='module')
 def dls():

@@ -146,7 +146,7 @@ def _builder(name, opts, ctx):
     from fastai.data.block import CategoryBlock
     from fastai.tabular.core import Categorify, FillMissing, Normalize, TabularPandas
     from ..core import TabularGPU
-    from ..data import criteo_names
+    from ..datasets import criteo_names
     cats,conts,y = criteo_names()
     cls = TabularPandas if name.startswith('stock') else TabularGPU
     def build():
@@ -461,7 +461,7 @@ def _parquet_rows(path):
 def _make_data(path, rows, seed) -> float:
     "Write the synthetic parquet in a child process (its multi-GB peak stays out of this one); seconds taken."
     t0 = time.perf_counter()
-    code = ('import sys; from fastai_gpu_tabular.data import criteo_parquet; '
+    code = ('import sys; from fastai_gpu_tabular.datasets import criteo_parquet; '
             'criteo_parquet(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))')
     subprocess.run([sys.executable, '-c', code, str(path), str(rows), str(seed)], check=True)
     return round(time.perf_counter() - t0, 2)

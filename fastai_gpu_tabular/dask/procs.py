@@ -1,5 +1,5 @@
 """fastai's `Categorify`, `FillMissing`, `Normalize` and `Categorize` on a Dask-backed Tabular: `setups` learn over the
-partitions exactly the state they learn from the same rows in memory (dask_stats.py); `encodes` run the in-memory
+partitions exactly the state they learn from the same rows in memory (dask/stats.py); `encodes` run the in-memory
 ones (procs.py) on each partition, lazily, so the codes, fills and normalised values are the in-memory ones."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from fastai.data.transforms import Categorize, CategoryMap, Normalize
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
 
-from .backend import encode_codes, explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
-from .dask_stats import _delayed, _result_type, compute, exact_median, exact_mode, exact_moments, quantile_from_counts
-from .procs import Categorify, _register, category_map, keep_frequent
+from ..backend import encode_codes, explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
+from .stats import _delayed, _result_type, compute, exact_median, exact_mode, exact_moments, quantile_from_counts
+from ..procs import Categorify, _register, category_map, keep_frequent
 
 __all__ = ['register_dask_procs']
 
@@ -26,7 +26,7 @@ def _vocab_index(proc, n) -> pd.Index:
 
 def _apply(part, proc, names:dict):
     "`proc`'s in-memory encodes on one partition's columns, as on a `TabularGPU` of them."
-    from .core import TabularGPU
+    from ..core import TabularGPU
     if isinstance(proc, fatc.Categorify) and not is_cudf(part):
         # procs.py's Categorify encodes, with the vocabulary's Index kept (a list would be hashed again each partition)
         return pd.DataFrame({n: encode_codes(part[n], _vocab_index(proc, n), add=1) for n in names['cat_names']},

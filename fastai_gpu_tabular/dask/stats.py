@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np, pandas as pd
 
-from .backend import is_cudf, to_host
+from ..backend import is_cudf, to_host
 
 __all__ = ['pairwise_sum', 'SumPlan', 'exact_moments', 'exact_median', 'exact_mode', 'quantile_from_counts']
 

@@ -3,8 +3,8 @@ import numpy as np, pandas as pd, pytest
 
 dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
 import dask.dataframe as dd
-import fastai_gpu_tabular.dask_stats as S
-from fastai_gpu_tabular.dask_stats import (SumPlan, exact_median, exact_mode, exact_moments, pairwise_sum,
+import fastai_gpu_tabular.dask.stats as S
+from fastai_gpu_tabular.dask.stats import (SumPlan, exact_median, exact_mode, exact_moments, pairwise_sum,
                                            quantile_from_counts)
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """`TabularDask`: what `TabularGPU(ddf, ...)` gives for a Dask DataFrame (pandas or cuDF partitions). fastai's procs
-learn their state over the partitions, exactly what they learn from the same rows in memory (dask_procs.py);
+learn their state over the partitions, exactly what they learn from the same rows in memory (dask/procs.py);
 processing then writes each partition's packed rows to `.npy` chunks, and `dataloaders()` streams them if they do not
 fit."""
 from __future__ import annotations
@@ -15,12 +15,12 @@ from fastai.tabular.core import FillMissing
 from fastai.torch_core import default_device, display_df
 from fasttransform import Pipeline
 
-from .backend import (col_to_tensor, is_cudf, is_dask, is_numeric_dtype, sorted_uniques, split_lists, to_backend,
+from ..backend import (col_to_tensor, is_cudf, is_dask, is_numeric_dtype, sorted_uniques, split_lists, to_backend,
                       to_pandas)
-from .core import TabularGPU, _check_inf, _is_num
-from .dask_stats import compute
-from .loader import BatchDataLoader, BatchDataLoaders
-from .stream import PackedChunks, StreamDataLoader, _bytes, free_memory
+from ..core import TabularGPU, _check_inf, _is_num
+from .stats import compute
+from ..loader import BatchDataLoader, BatchDataLoaders
+from ..stream import PackedChunks, StreamDataLoader, _bytes, free_memory
 
 __all__ = ['TabularDask', 'valid_mask']
 
@@ -218,7 +218,7 @@ class TabularDask(TabularGPU):
     def _write(self):
         "Pack each processed partition and write its rows: `chunk_dir`/train and /valid, a file a partition."
         import dask
-        from .dask_stats import _delayed
+        from .stats import _delayed
         for sub in ('train', 'valid'):
             d = self.chunk_dir/sub
             if d.exists(): shutil.rmtree(d)
@@ -263,5 +263,5 @@ class TabularDask(TabularGPU):
         val = _dl(self.valid, bs=bs if val_bs is None else val_bs, shuffle=False, drop_last=False)
         return BatchDataLoaders(trn, val, path=path, device=device)
 
-from .dask_procs import register_dask_procs
+from .procs import register_dask_procs
 register_dask_procs(TabularDask)

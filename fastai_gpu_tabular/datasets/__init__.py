@@ -5,14 +5,14 @@ import importlib.util
 from pathlib import Path
 import numpy as np, pandas as pd
 
-from .backend import is_str_dtype, to_backend
+from ..backend import is_str_dtype, to_backend
 
 __all__ = ['datasets_path', 'load_flights', 'load_adult', 'load_movielens', 'load_movielens_100k', 'package_path',
            'criteo_names', 'make_criteo', 'criteo_parquet', 'criteo_parts', 'load_flights_3m']
 
 def datasets_path() -> Path:
     "Where the shipped datasets live (see `datasets/README.md` there for their sources and licences)."
-    return Path(__file__).parent/'datasets'
+    return Path(__file__).parent
 
 def package_path(pkg:str) -> Path:
     "An installed package's folder, found without importing it (some data packages import torch, spacy...)."
