@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools, os, warnings
 import numpy as np, pandas as pd, torch
+from fastai.tabular.core import df_shrink_dtypes
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
@@ -190,7 +191,6 @@ def holds_py_bools(col) -> bool:
 
 def shrink_dtypes(df, skip=()) -> dict:
     "fastai's `df_shrink_dtypes(df, skip)`, where a cuDF bool column with nulls is the object column pandas has for it."
-    from fastai.tabular.core import df_shrink_dtypes
     res = df_shrink_dtypes(df, skip=list(skip))
     if not is_cudf(df): return res
     objs = {c for c in df.columns if c not in skip and holds_py_bools(df[c])}   # fastai's obj2cat: to category

@@ -11,7 +11,7 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
 
-from .loader import _cat_widths
+from .pack import cat_widths
 
 __all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
 
@@ -41,10 +41,13 @@ class PredsModel(nn.Module):
 def _preds_model(learn):
     "A CPU float32 copy of `learn.model` in eval mode inside `PredsModel`, and example inputs `(x_cat int32, x_cont)`."
     to = learn.dls.train_ds
-    n_cat,n_cont = sum(_cat_widths(to)),len(to.cont_names)
+    n_cat,n_cont = sum(cat_widths(to)),len(to.cont_names)
     model = copy.deepcopy(learn.model).float().cpu().eval()
     act = getattr(learn.loss_func, 'activation', noop)
-    xs = (torch.zeros(2, n_cat, dtype=torch.int32),)*(n_cat > 0) + (torch.zeros(2, n_cont),)*(n_cont > 0)
+    xs = []
+    if n_cat: xs.append(torch.zeros(2, n_cat, dtype=torch.int32))
+    if n_cont: xs.append(torch.zeros(2, n_cont))
+    xs = tuple(xs)
     return PredsModel(model, act, n_cat > 0, n_cont > 0).eval(), xs
 
 def _target_vocab(learn):
@@ -165,7 +168,7 @@ def _procs_graph(to, list_sep='|'):
     if cat is None and len(to.cat_names):
         raise TypeError("export_onnx encodes cat columns with Categorify's vocabularies: add Categorify to procs")
     cats = []
-    for n,w in zip(to.cat_names, _cat_widths(to)):
+    for n,w in zip(to.cat_names, cat_widths(to)):
         vocab = list(cat.classes[n].items[1:])
         if n in mh:
             sep,empty = _bag_sep(to, n, list_sep)
@@ -189,8 +192,8 @@ def _procs_graph(to, list_sep='|'):
         if not blocks: continue
         x = g.op('Concat', *blocks, axis=1) if len(blocks) > 1 else blocks[0]
         g.nodes.append(helper.make_node('Identity', [x], [f'fgt/{name}']))
-        outs.append(helper.make_tensor_value_info(f'fgt/{name}', tt, ['batch', sum(_cat_widths(to)) if name == 'x_cat'
-                                                                       else len(to.cont_names)]))
+        width = sum(cat_widths(to)) if name == 'x_cat' else len(to.cont_names)
+        outs.append(helper.make_tensor_value_info(f'fgt/{name}', tt, ['batch', width]))
     return helper.make_graph(g.nodes, 'fastai_gpu_tabular_procs', g.inputs, outs, initializer=g.inits), cols
 
 def _rename_output(model, old, new):

@@ -3,7 +3,7 @@ movies, NaN conts, null strings, a multi-hot column); `export_model` (torch.expo
 import importlib.util, warnings
 import numpy as np, pandas as pd, pytest, torch
 from fastai.tabular.all import FillMissing, Normalize, load_learner
-from fastai_gpu_tabular.all import Categorify, TabularGPU, tabular_learner, load_movielens_100k
+from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths, tabular_learner, load_movielens_100k
 from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
 
 ort = pytest.importorskip('onnxruntime')
@@ -90,7 +90,7 @@ def test_onnx_matches_get_preds_on_held_out_rows(which, request):
     to = dl.dataset
     assert (to.items['item_id'] == 0).sum() > 10 and (to.items['user_id'] == 0).sum() > 10
     assert to.items['release_year_na'].iloc[:5].eq(to.classes['release_year_na'].o2i[True]).all()
-    j,w = sum(to.cat_widths()[:to.cat_names.index('genres')]),to.bag_widths['genres']
+    j,w = sum(cat_widths(to)[:to.cat_names.index('genres')]),to.bag_widths['genres']
     g = rows.genres.iloc[10]
     assert len(g.split(' ') if isinstance(g, str) else g) > w and (to.packed()[0][10, j:j+w] >= 0).all()
     if which == 'clas': np.testing.assert_allclose(out.sum(1), 1, atol=1e-5)            # probabilities

@@ -197,7 +197,7 @@ def test_rank_ties_are_random_order_expectations():
 def test_group_position_and_errors():
     class To:
         cat_names = ['genres', 'user', 'item']
-        def cat_widths(self): return [6, 1, 1]   # a multi-hot block of 6 slots first
+        bag_widths = {'genres': 6}   # a multi-hot block of 6 slots first
     assert group_position(To(), 'user') == 6 and group_position(To(), 'item') == 7
     with pytest.raises(ValueError, match="'genres' is multi-hot"): group_position(To(), 'genres')
     with pytest.raises(ValueError, match=r"'usr' is not one of the cat columns \['genres', 'user', 'item'\]"):

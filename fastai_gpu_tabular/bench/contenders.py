@@ -159,17 +159,17 @@ def _builder(name, opts, ctx):
     return build
 
 def _packed_tensors(dl) -> tuple|None:
-    "What a `BatchDataLoader` batch gathers from: one packed row buffer (or, before it, one tensor per kind)."
+    "What a `BatchDataLoader` batch gathers from: one packed row buffer."
     from ..loader import BatchDataLoader
     if not isinstance(dl, BatchDataLoader): return None
-    return (dl.rows[0],) if hasattr(type(dl), 'rows') else tuple(dl.tensors)
+    return (dl.rows[0],)
 
 def held_memory(to) -> dict:
     """MB a Tabular holds once its loaders exist: the processed frame (0 once a TabularGPU released it), its row
     index, the packed rows (TabularGPU, one copy), their sum, and that sum over the packed rows (DESIGN.md: <= 1.2)."""
-    released = getattr(to, '_items', True) is None
+    released = getattr(to, 'released', None) is not None
     frame = None if released else to.items
-    index = to._schema[2] if released else frame.index
+    index = to.row_index if released else frame.index
     out = {'frame_mb': 0. if released else float(frame.memory_usage(index=False, deep=True).sum()) / MB,
            'index_mb': float(index.memory_usage(deep=True)) / MB}
     if hasattr(to, 'packed_rows'):

@@ -1,7 +1,7 @@
 "Loaders for the real example datasets: shipped ones (flights, Adult) and ones read from installed registry packages."
 from __future__ import annotations
 
-import importlib.util
+import importlib.util, json
 from pathlib import Path
 import numpy as np, pandas as pd
 
@@ -113,7 +113,6 @@ def criteo_parts(path, n_rows:int, seed:int=0, part_rows:int=500_000, max_card:i
     is `make_criteo`'s (columns, laws, label model); its world (vocabularies, value propensities, column laws) is drawn
     once from `seed` and each part's rows from their own stream, so the rows are not `make_criteo(n_rows, seed)`'s.
     Kept if the folder already holds these rows."""
-    import json
     path, cats, conts, y = Path(path), *criteo_names()
     spec = dict(n_rows=n_rows, seed=seed, part_rows=part_rows, max_card=max_card, valid_pct=valid_pct)
     if (path/'_spec.json').exists() and json.loads((path/'_spec.json').read_text()) == spec: return path
