@@ -9,14 +9,15 @@ from fastcore.meta import delegates
 from fasttransform import Pipeline
 from plum import dispatch
 from fastai.data.block import TransformBlock
+from fastai.data.core import DataLoaders
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, Tabular
 from fastai.torch_core import display_df
 
-from .backend import (backend_of, frame_device, gather_columns, holds_strings, is_cudf, is_dask, is_numeric_dtype,
-                      is_str_dtype, shrink_dtypes, split_lists, to_backend, to_category, to_pandas)
-from .checks import (add_y_procs, check_columns, check_inf, check_na_names, check_names, check_rows, check_targets,
-                     count_inf, default_y_block, fill_nan_check, multi_hot_columns, nan_as_null)
+from .backend import (Column, Frame, backend_of, frame_device, gather_columns, is_cudf, is_dask, shrink_dtypes,
+                      to_backend, to_category, to_pandas)
+from .checks import (add_y_procs, check_columns, check_inf, check_na_names, check_names, check_rows, count_inf,
+                     default_y_block, fill_nan_check, multi_hot_columns, prepare_columns)
 from .loader import BatchDataLoader
 from .pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
 from .procs import register_procs
@@ -58,8 +59,10 @@ class TabularGPU(Tabular):
             cls = TabularDask
         return super().__new__(cls)
 
-    def __init__(self, df, procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None, splits=None,
-                 do_setup=True, device=None, inplace=False, reduce_memory=True,
+    def __init__(self, df:Frame, procs:list|None=None, cat_names:list|None=None, cont_names:list|None=None,
+                 y_names:list|str|None=None, y_block:TransformBlock|None=None,
+                 splits:tuple|None=None, # (train, valid) row positions, as fastai's splitters give them
+                 do_setup:bool=True, device:torch.device|str|None=None, inplace:bool=False, reduce_memory:bool=True,
                  backend:str|None=None, # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
                  multi_hot:dict|list|None=None): # multi-hot cat columns: {name: separator} for strings; list columns are found
         df = to_backend(df, backend)   # a TypeError for anything but a frame
@@ -83,7 +86,7 @@ class TabularGPU(Tabular):
         else:
             named = set(cat_names + cont_names + y_names)
             items = gather_columns(df, [c for c in df.columns if c in named], order, casts)
-        items = self._prepare(items, cont_names, y_names, self.multi_hot)
+        items = prepare_columns(items, cont_names, y_names, self.multi_hot)
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
         self.items,self._packed,self._parent = items,{},None
         self.y_names,self.device = y_names,device
@@ -93,7 +96,7 @@ class TabularGPU(Tabular):
         self.split = len(items) if splits is None else len(splits[0])
         if do_setup: self.setup()
 
-    def new(self, df, inplace=False):
+    def new(self, df:Frame|Column, inplace:bool=False) -> TabularGPU:
         """A `TabularGPU` for `df` with this one's procs and names (fastai's `Tabular.new`, keeping `multi_hot`). A row
         (Series) or a value, which `iloc` gives for a scalar row or cell, is held as it is, as fastai does."""
         value = pd.api.types.is_scalar(df)
@@ -113,35 +116,13 @@ class TabularGPU(Tabular):
         dtypes = shrink_dtypes(df, skip=[c for c in df.columns if c not in named or c in self.multi_hot])
         return {c:t for c,t in dtypes.items() if t != 'category' or c in cat_names or c in y_names}
 
-    @staticmethod
-    def _prepare(items, cont_names, y_names, multi_hot):
-        "Coerce conts to numbers (predict's `row.to_frame().T` is all object), split multi-hot strings, reject the rest."
-        for n,sep in multi_hot.items():
-            if n in items.columns and holds_strings(items[n]):
-                if sep is None: raise TypeError(f"multi-hot column {n!r} holds strings: give its separator, e.g. "
-                                                f"multi_hot={{{n!r}: '|'}}")
-                items[n] = split_lists(items[n], sep)
-        for n in cont_names:
-            if n not in items.columns: continue
-            dt = items[n].dtype
-            if is_numeric_dtype(dt) and not is_str_dtype(dt): continue
-            if is_cudf(items) or type(dt).__name__ == 'CategoricalDtype':
-                raise TypeError(f"continuous column {n!r} has dtype {dt}, not a number: put it in cat_names or convert it")
-            try: v = pd.to_numeric(items[n])
-            except (ValueError, TypeError) as e:
-                raise TypeError(f"continuous column {n!r} is not numeric ({e}): put it in cat_names or convert it") from None
-            items[n] = v
-        for c,v in nan_as_null(items).items(): items[c] = v
-        check_targets({n: bool(items[n].isna().any()) for n in y_names if n in items.columns})
-        return items
-
     # --- what the procs use ---------------------------------------------------------------------------------------
     @property
     def full_items(self):
         "The frame of the object this one is a train/valid subset of (its own frame otherwise)."
         return self._parent.items if self._parent is not None else self.items
 
-    def set_col(self, n, v):
+    def set_col(self, n:str, v:Column):
         "Set column `n` (a Series on this frame's index) and forget the packed tensors."
         self.items[n] = v
         self._drop_packed()
@@ -179,7 +160,7 @@ class TabularGPU(Tabular):
         res.items,res._packed,res._parent,res._rows = items,{},parent,rows
         return res
 
-    def subset(self, i):
+    def subset(self, i:int) -> TabularGPU:
         "Train (0) or valid (1) rows as a view: no frame copy (fastai copies), and packed tensors sliced from this object's."
         rows = slice(0, self.split) if i == 0 else slice(self.split, len(self))
         if self.released is not None:   # so is the subset, over its slice of the row index
@@ -275,7 +256,7 @@ class TabularGPU(Tabular):
         from .data import BatchDataLoaders
         return BatchDataLoaders
 
-    def dataloaders(self, *args, keep_frame=False, **kwargs):
+    def dataloaders(self, *args, keep_frame:bool=False, **kwargs) -> DataLoaders:
         """fastai's `Tabular.dataloaders`, then `release_frame` on this object and the loaders' subsets (unless
         `keep_frame`): once packed, the processed frame is not needed to train, show or predict."""
         dls = super().dataloaders(*args, **kwargs)
@@ -288,7 +269,7 @@ class TabularGPU(Tabular):
     @property
     def has_y(self) -> bool: return len(self.y_names) > 0 and all(n in self.column_names for n in self.y_names)
 
-    def packed_rows(self, device=None) -> tuple[torch.Tensor, Layout]:
+    def packed_rows(self, device:torch.device|str|None=None) -> tuple[torch.Tensor, Layout]:
         """`(rows, layout)`: every processed column in one row-major int32 tensor on `device` (default: the frame's),
         so that a batch is a single gather (see pack.py). Packed once, then cached per device."""
         if device is None: device = frame_device(self._items) if self.released is None else self.released.device
@@ -303,7 +284,7 @@ class TabularGPU(Tabular):
             self._packed[device] = (rows.to(device), layout)
         return self._packed[device]
 
-    def packed(self, device=None) -> tuple:
+    def packed(self, device:torch.device|str|None=None) -> tuple:
         "`(cats, conts[, ys])` on `device`: views of `packed_rows` (cats int32, conts float32, ys int64 or float32)."
         return unpack_rows(*self.packed_rows(device))
 

@@ -10,6 +10,7 @@ from fastai.data.transforms import Categorize, Normalize, RegressionSetup, Encod
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
+from fastai.learner import Learner
 
 from .pack import cat_widths
 
@@ -57,7 +58,7 @@ def _target_vocab(learn):
 
 def _input_names(xs, has_cat): return ['x_cat', 'x_cont'] if len(xs) == 2 else ['x_cat' if has_cat else 'x_cont']
 
-def export_model(learn, path=None, batch=None):
+def export_model(learn:Learner, path:str|Path|None=None, batch:tuple|None=None):
     """`torch.export` of `learn.model` with `get_preds`' activation, a dynamic batch dimension, and multi-hot bags as
     the masked lookup. `batch`: an example `(x_cat, x_cont, ...)` (cloned: loader batches are views of one packed
     storage, which `torch.export.save` refuses); default zeros. Saved to `path` (a .pt2) if given."""
@@ -201,7 +202,7 @@ def _rename_output(model, old, new):
     for o in model.graph.output:
         if o.name == old: o.name = new
 
-def export_onnx(learn, path, list_sep:str='|', procs:bool=True, opset:int=_OPSET):
+def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True, opset:int=_OPSET) -> Path:
     """Write `learn` as one ONNX file from raw columns to predictions: the procs' learned state as ONNX ops (Categorify
     -> LabelEncoder, unseen -> 0 '#na#'; a multi-hot string column -> StringSplit, padded with -1 or cut to its slots;
     FillMissing -> IsNaN/Where and the `_na` flag; Normalize -> Sub/Div) merged with the model, whose multi-hot bags
@@ -283,7 +284,8 @@ def _triton_type(vi) -> str:
     return {T.STRING: 'TYPE_STRING', T.INT64: 'TYPE_INT64', T.DOUBLE: 'TYPE_FP64', T.INT32: 'TYPE_INT32',
             T.FLOAT: 'TYPE_FP32'}[vi.type.tensor_type.elem_type]
 
-def export_triton(learn, repo, name:str='fastai_tabular', version:int=1, max_batch_size:int=65536, **kwargs):
+def export_triton(learn:Learner, repo:str|Path, name:str='fastai_tabular', version:int=1, max_batch_size:int=65536,
+                  **kwargs) -> Path:
     """A model repository for Triton's onnxruntime backend: `repo/name/config.pbtxt`, `repo/name/<version>/model.onnx`
     (`export_onnx`'s file; `kwargs` go there) and, for a classifier, `labels.txt` (the target's vocab, for Triton's
     classification extension). Each input is a batched column: `dims: [1]` reshaped to the graph's 1-D input, strings

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from .loader import BatchDataLoader
 from .pack import cat_spans, cat_widths
 
 __all__ = ['to_tf', 'as_keras_dataset', 'keras_inputs', 'bag_embedding']
@@ -59,7 +60,7 @@ def _dataset_cls():
         def on_epoch_end(self): self.order = self.dl.draw_order()
     return TabularPyDataset
 
-def as_keras_dataset(dl):
+def as_keras_dataset(dl:BatchDataLoader):
     """A `keras.utils.PyDataset` over a `BatchDataLoader`'s packed rows, for `model.fit(as_keras_dataset(dls.train),
     validation_data=as_keras_dataset(dls.valid))`. Each batch is `(x, y)`: `x` a dict of one tensor per column ([bs, 1]
     codes for a cat, [bs, slots] codes padded with -1 for a multi-hot column, [bs, 1] float32 for a cont), `y` the
@@ -70,7 +71,7 @@ def as_keras_dataset(dl):
     batches."""
     return _dataset_cls()(dl)
 
-def keras_inputs(dl) -> dict:
+def keras_inputs(dl:BatchDataLoader) -> dict:
     "`keras.Input`s matching `as_keras_dataset(dl)`'s batches, by column name: int32 codes and float32 values."
     import keras
     return {n: keras.Input(shape=(e - s,), dtype='float32' if kind == 'cont' else 'int32', name=n)

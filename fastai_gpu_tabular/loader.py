@@ -33,7 +33,7 @@ class ReadTabBatchGPU(ReadTabBatch):
 @delegates()
 class BatchDataLoader(TabDataLoader):
     "A `TabDataLoader` over a `TabularGPU`: no per-row Python, no collation, no workers; the data stays on `device`"
-    def __init__(self, dataset, bs=64, shuffle=False, after_batch=None, num_workers=0,
+    def __init__(self, dataset, bs:int=64, shuffle:bool=False, after_batch=None, num_workers:int=0,
                  wgts=None, # per-row sampling weights: shuffled epochs then draw `n` rows with replacement (fastai's TabWeightedDL)
                  **kwargs):
         if bs is None or int(bs) < 1: raise ValueError(f"bs must be a positive integer, got {bs!r}")
@@ -60,7 +60,7 @@ class BatchDataLoader(TabDataLoader):
         "The dataset's packed `(rows, layout)` on this loader's device (moved there once, then cached by the dataset)."
         return self.dataset.packed_rows(self.device)
 
-    def to(self, device):
+    def to(self, device:torch.device|str) -> BatchDataLoader:
         "Move to `device` now, so a bad frame fails here rather than at the first batch."
         self.device = device
         if not self.n: return self
@@ -104,7 +104,7 @@ class BatchDataLoader(TabDataLoader):
         end = n - n % self.bs if self.drop_last else n
         for i in range(0, end, self.bs): yield slice(i, min(i + self.bs, n)) if order is None else order[i:i + self.bs]
 
-    def create_batch(self, idx): return gather_rows(*self.rows, idx)
+    def create_batch(self, idx:slice|torch.Tensor) -> tuple: return gather_rows(*self.rows, idx)
 
     def create_batches(self, samps):
         rows,layout = self.rows   # looked up once an epoch, not once a batch

@@ -24,13 +24,13 @@ def _embedding(ni, nf, sparse=False):
     e.sparse = sparse
     return e
 
-def bag_lookup(codes, weight, mode='mean', sparse=False):
+def bag_lookup(codes:torch.Tensor, weight:torch.Tensor, mode:str='mean', sparse:bool=False) -> torch.Tensor:
     "Embed bags of `codes` (`[bs, slots]`, -1 = padding) in `weight`: the sum or mean of each row's embeddings."
     mask = codes >= 0
     out = F.embedding_bag(codes.clamp(min=0), weight, mode='sum', sparse=sparse, per_sample_weights=mask.to(weight.dtype))
     return out / mask.sum(1, keepdim=True).clamp(min=1).to(out.dtype) if mode == 'mean' else out
 
-def masked_bag_lookup(codes, weight, mode='mean'):
+def masked_bag_lookup(codes:torch.Tensor, weight:torch.Tensor, mode:str='mean') -> torch.Tensor:
     """`bag_lookup` as a plain gather, a mask and a sum: the exported form. Exporters turn `embedding_bag` into a
     per-bag `Loop` (seconds a batch in onnxruntime); this one becomes Gather, Mul and ReduceSum."""
     mask = (codes >= 0).to(weight.dtype).unsqueeze(-1)

@@ -10,10 +10,10 @@ from typing import Any, NamedTuple
 import pandas as pd, torch
 from fastai.data.transforms import Categorize, EncodedMultiCategorize, RegressionSetup
 from fastai.tabular import core as fatc
-from fastai.tabular.core import FillMissing
+from fastai.tabular.core import FillMissing, Tabular
 
-from .backend import (col_to_tensor, encode_codes, explode_lists, frame_device, frame_of_tensors, is_numeric_dtype,
-                      is_str_dtype, pad_bags)
+from .backend import (Frame, col_to_tensor, encode_codes, explode_lists, frame_device, frame_of_tensors,
+                      is_numeric_dtype, is_str_dtype, pad_bags)
 
 __all__ = ['ColumnSpan', 'Layout', 'ReleasedFrame', 'cat_widths', 'cat_spans', 'y_dtype', 'packs_whole', 'pack_rows',
            'unpack_rows', 'gather_rows', 'unpack_frame']
@@ -66,11 +66,11 @@ class ReleasedFrame:
     device: torch.device  # where the frame was, and its packed rows are read from
 
     @classmethod
-    def of(cls, df) -> ReleasedFrame: return cls(list(df.columns), dict(df.dtypes), df.index, frame_device(df))
+    def of(cls, df:Frame) -> ReleasedFrame: return cls(list(df.columns), dict(df.dtypes), df.index, frame_device(df))
     def __len__(self): return len(self.index)
     def rows(self, rows:slice) -> ReleasedFrame: return dataclasses.replace(self, index=self.index[rows])
 
-def cat_widths(to) -> list[int]:
+def cat_widths(to:Tabular) -> list[int]:
     "Columns each cat of `to` takes in a packed row: a multi-hot column's slots (`to.bag_widths`), else one."
     bags = getattr(to, 'bag_widths', None) or {}   # none for fastai's TabularPandas
     return [bags.get(n, 1) for n in to.cat_names]
@@ -93,7 +93,7 @@ def gather_rows(rows:torch.Tensor, layout:tuple, idx:slice|torch.Tensor) -> tupl
 
 def _has(to, tfm_type) -> bool: return any(isinstance(t, tfm_type) for t in to.procs.fs)
 
-def y_dtype(to) -> torch.dtype:
+def y_dtype(to:Tabular) -> torch.dtype:
     "The dtype of packed targets: int64 for class indices (as fastai's CrossEntropy wants), else float32."
     if _has(to, EncodedMultiCategorize): return torch.float32   # a Categorize subclass: test it first
     if _has(to, Categorize): return torch.int64
@@ -101,7 +101,7 @@ def y_dtype(to) -> torch.dtype:
     regression = _has(to, RegressionSetup)
     return torch.int64 if ints and not regression else torch.float32
 
-def packs_whole(to) -> bool:
+def packs_whole(to:Tabular) -> bool:
     """Whether the packed rows of `to` can rebuild its frame: every column is packed, cats as integer codes, conts as
     floats (a float64 one comes back holding the float32 that batches hold), targets as codes or floats. Not: multi-hot
     lists (packed as codes, cut to a width), integer conts or regression targets (float32 rounds them)."""
@@ -141,7 +141,7 @@ def _fill(out:torch.Tensor, to, names:list, what:str, widths:list[int]|None=None
                             "TabularGPU first (test_dl does unless process=False)")
         out[:, a] = col_to_tensor(col)
 
-def pack_rows(to) -> tuple[torch.Tensor, Layout]:
+def pack_rows(to:Tabular) -> tuple[torch.Tensor, Layout]:
     """`(rows, layout)` of a processed Tabular `to` (cat codes, conts and targets as numbers, multi-hot columns as
     lists), on its frame's device: `rows` one int32 tensor (see the module's docstring), `layout` what is where."""
     df = to.items
@@ -161,7 +161,7 @@ def pack_rows(to) -> tuple[torch.Tensor, Layout]:
     if ys: _fill(ys[0], to, to.y_names, 'y')
     return rows,layout
 
-def unpack_frame(rows:torch.Tensor, layout:tuple, names:tuple, released:ReleasedFrame):
+def unpack_frame(rows:torch.Tensor, layout:tuple, names:tuple, released:ReleasedFrame) -> Frame:
     """The frame `released` describes, rebuilt from its packed `rows` (a copy, with its dtypes and index): `names` are
     `(cat_names, cont_names, y_names)`, one column each in `layout`'s spans (see `packs_whole`)."""
     at = {n: t[:, j] for ns,t in zip(names, unpack_rows(rows, layout)) for j,n in enumerate(ns)}

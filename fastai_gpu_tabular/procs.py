@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools, warnings
+from collections.abc import Callable
 from collections import defaultdict
 import numpy as np, pandas as pd
 from fastcore.basics import store_attr
@@ -206,14 +207,14 @@ def _categorize_decodes(self, to):
         if n in to.items.columns: to.set_col(n, take_values(self.vocab.items, to.items[n]))
     return to
 
-def register_proc(proc, name:str, f, cls:type):
+def register_proc(proc:type, name:str, f:Callable, cls:type) -> None:
     "Register `f` as `proc.<name>` for `to: cls` (fasttransform's `@Proc def name(self, to: cls)` idiom)."
     def method(self, to): return f(self, to)
     method.__name__, method.__qualname__ = name, f'{proc.__name__}.{name}'
     method.__annotations__ = {'to': cls}
     proc(_reraise_attribute_errors(method) if name == 'setups' else method)
 
-def register_procs(cls):
+def register_procs(cls:type) -> None:
     "Make fastai's own procs compute on `cls` frames (cuDF or pandas); learned state keeps fastai's names and types."
     for proc, fs in ((fatc.Categorify, (_categorify_setups, _categorify_encodes, _categorify_decodes)),
                      # our subclass merged fastai's methods when it was created, so it needs its own registration

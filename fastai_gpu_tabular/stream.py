@@ -15,7 +15,7 @@ from .pack import Layout, unpack_rows
 
 __all__ = ['PackedChunks', 'StreamDataLoader', 'free_memory', 'byte_count']
 
-def free_memory(device, frac:float=0.5) -> int:
+def free_memory(device:torch.device|str, frac:float=0.5) -> int:
     "`frac` of the memory free now on `device` (the GPU's, or the host's RAM for the CPU), in bytes."
     device = torch.device(device)
     if device.type == 'cuda': return int(torch.cuda.mem_get_info(device)[0] * frac)

