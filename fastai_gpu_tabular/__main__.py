@@ -10,7 +10,7 @@ from fastai.tabular.all import (Callback, Categorify, FillMissing, Lamb, Normali
 
 from .backend import cudf_available, cudf_reason, to_backend
 from .core import TabularGPU
-from .data import load_flights
+from .datasets import load_flights
 
 __all__ = ['flights_task', 'batch_size', 'PlainTable', 'main']
 
@@ -62,7 +62,8 @@ def main(args=None):
     p.add_argument('--rows', type=int, default=None, help='use the first ROWS flights (default: all 336,776)')
     p.add_argument('--seed', type=int, default=42)
     a = p.parse_args(args)
-    backend = ('cudf' if cudf_available() else 'pandas') if a.backend == 'auto' else a.backend
+    backend = a.backend
+    if backend == 'auto': backend = 'cudf' if cudf_available() else 'pandas'
     device = torch.device(a.device) if a.device else default_device()
     set_seed(a.seed)
     df, names = flights_task(backend, a.rows)

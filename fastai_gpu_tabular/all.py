@@ -2,17 +2,20 @@
 ours win where they extend fastai's: `Categorify` (plus min_freq/max_vocab), `tabular_learner` (plus multi-hot, sparse
 and fused embeddings) and `Lamb` (the same math and state, with no host sync in `step`)."""
 from .backend import *
+from .checks import *
 from .procs import *
+from .pack import *
 from .loader import *
 from .core import *
+from .data import *
 from .model import *
 from .learner import *
 from .optimizer import *
+from .collectives import *
 from .metrics import *
-from .data import *
+from .datasets import *
 from .export import *
 from .keras_loader import *
 from .distributed import *
 from .stream import *
-from .dask_stats import *
-from .dask_tabular import *
+from .dask import *

@@ -2,13 +2,21 @@
 from __future__ import annotations
 
 import functools, os, warnings
+from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np, pandas as pd, torch
+from fastai.tabular.core import df_shrink_dtypes
+
+if TYPE_CHECKING: import cudf   # for the hints only: cuDF is imported when first used (see `_probe`)
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
            'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'codes_dtype', 'encode_codes',
            'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
            'split_lists', 'explode_lists', 'pad_bags', 'is_dask']
+
+# the hints' names for a frame and a column on either backend (public, not star-exported)
+Frame: TypeAlias = 'pd.DataFrame | cudf.DataFrame'
+Column: TypeAlias = 'pd.Series | cudf.Series'
 
 # cuDF is never imported at module import: importing it initialises CUDA, and a laptop has neither.
 @functools.cache
@@ -30,7 +38,7 @@ def cudf_reason() -> str|None:
     "Why cuDF is unavailable, or None."
     return _probe()[2]
 
-def require_cudf():
+def require_cudf() -> Any:
     "Return the `cudf` module, or raise an ImportError that says how to get it."
     cudf, _, reason = _probe()
     if cudf is None:
@@ -40,11 +48,11 @@ def require_cudf():
 
 def _cupy(): return _probe()[1]
 
-def is_cudf(o) -> bool:
+def is_cudf(o:Any) -> bool:
     "Whether `o` is a cuDF object; checks the type's module, so it never imports cuDF."
     return type(o).__module__.split('.')[0] == 'cudf'
 
-def is_dask(o) -> bool:
+def is_dask(o:Any) -> bool:
     "Whether `o` is a Dask collection (dask.dataframe, or dask-cudf's); checks the type's module, so it never imports Dask."
     return type(o).__module__.split('.')[0] in ('dask', 'dask_cudf', 'dask_expr')
 
@@ -60,7 +68,7 @@ def _not_a_frame(o) -> TypeError:
     else: how = "load the data into one"
     return TypeError(f"Expected a pandas, cuDF or Dask DataFrame, got {name}: {how}")
 
-def backend_of(df) -> str:
+def backend_of(df:Frame|Column) -> str:
     """'cudf' or 'pandas', from the type of `df` (a DataFrame or Series; for a Dask one, its partitions'). The one place
     that decides which types are accepted: anything else is a TypeError that names them and says how to convert."""
     meta = getattr(df, '_meta', None) if is_dask(df) else df   # a Dask frame: its partitions' type
@@ -68,7 +76,7 @@ def backend_of(df) -> str:
     if isinstance(meta, (pd.DataFrame, pd.Series)): return 'pandas'
     raise _not_a_frame(df)
 
-def to_backend(df, backend:str|None=None):
+def to_backend(df:Frame, backend:str|None=None) -> Frame:
     "Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own. Anything but a frame is a TypeError."
     own = backend_of(df)
     if backend is None or backend == own: return df
@@ -77,15 +85,15 @@ def to_backend(df, backend:str|None=None):
     if backend == 'pandas': return df.to_pandas()
     raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")
 
-def to_pandas(o):
+def to_pandas(o:Any) -> Any:
     "Host copy of a (small) cuDF object; pandas and NumPy pass through."
     return o.to_pandas() if is_cudf(o) else o
 
-def frame_device(df) -> torch.device:
+def frame_device(df:Frame) -> torch.device:
     "The device the frame's data lives on."
     return torch.device('cuda', _cupy().cuda.runtime.getDevice()) if is_cudf(df) else torch.device('cpu')
 
-def to_category(col):
+def to_category(col:Column) -> Column:
     """`col.astype('category')`: categories sorted, missing values -1. For a pandas column of strings the distinct
     values are sorted as a NumPy unicode array, in C (code-point order, Python's), not by comparing Python objects."""
     if is_cudf(col) or col.dtype != object: return col.astype('category')
@@ -100,7 +108,7 @@ def to_category(col):
 
 def _cast(col, t): return to_category(col) if t == 'category' else col.astype(t)
 
-def gather_columns(df, cols:list, order=None, casts:dict|None=None):
+def gather_columns(df:Frame, cols:list, order:np.ndarray|None=None, casts:dict|None=None) -> Frame:
     """Columns `cols` of `df` (rows in `order`, if given), each cast as `casts` says, as a new frame of `df`'s backend.
     The casts run over all rows, before the gather, as fastai's `df_shrink` does: a category's vocabulary includes
     the rows that splits leave out."""
@@ -116,7 +124,7 @@ def gather_columns(df, cols:list, order=None, casts:dict|None=None):
         data[c] = a if order is None else a.take(order)
     return pd.DataFrame(data, index=df.index if order is None else df.index.take(order))
 
-def col_to_tensor(col) -> torch.Tensor:
+def col_to_tensor(col:Column) -> torch.Tensor:
     "A column as a torch tensor on the column's own device: zero-copy via `from_numpy`, or DLPack on the GPU."
     if is_cudf(col): return torch.from_dlpack(col.values)
     a = col.to_numpy()
@@ -125,7 +133,7 @@ def col_to_tensor(col) -> torch.Tensor:
         warnings.filterwarnings('ignore', 'The given NumPy array is not writable', UserWarning)
         return torch.from_numpy(a)   # strided views are fine: the caller copies into the packed tensor
 
-def frame_of_tensors(cols:dict, dtypes:dict, index):
+def frame_of_tensors(cols:dict, dtypes:dict, index:Any) -> Frame:
     """A frame of 1-d tensors `cols` ({name: tensor}, strided views are fine), each copied as `dtypes[name]`, on `index`
     (pandas or cuDF: the frame's backend; CUDA tensors go to cuDF through DLPack): the inverse of `col_to_tensor`."""
     if is_cudf(index):
@@ -134,21 +142,21 @@ def frame_of_tensors(cols:dict, dtypes:dict, index):
                                         index=index)
     return pd.DataFrame({c: t.numpy().astype(dtypes[c]) for c,t in cols.items()}, index=index)
 
-def to_host(o):
+def to_host(o:Any) -> Any:
     "Small device results (Series, Index, arrays) as pandas/NumPy; host objects pass through."
     if is_cudf(o): return o.to_pandas()
     if type(o).__module__.split('.')[0] == 'cupy': return o.get()
     return o
 
-def host_scalar(v):
+def host_scalar(v:Any) -> Any:
     "A device scalar (0-d CuPy array) as a NumPy scalar; host scalars pass through."
     return v.get()[()] if type(v).__module__.split('.')[0] == 'cupy' else v
 
-def is_str_dtype(dtype) -> bool:
+def is_str_dtype(dtype:Any) -> bool:
     "Object or string columns: the ones fastai's `df_shrink` casts to category."
     return getattr(dtype, 'name', str(dtype)).startswith(('object', 'str'))
 
-def is_numeric_dtype(dtype) -> bool:
+def is_numeric_dtype(dtype:Any) -> bool:
     return pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)
 
 def _first_value(col):
@@ -161,17 +169,17 @@ def _first_value(col):
 
 def _isnull(v): return v is None or (isinstance(v, float) and v != v) or v is pd.NA or v is pd.NaT
 
-def is_list_dtype(col) -> bool:
+def is_list_dtype(col:Column) -> bool:
     "Whether a column holds lists (cuDF list dtype, or pandas object cells that are lists/arrays)."
     if is_cudf(col): return type(col.dtype).__name__ == 'ListDtype'
     return col.dtype == object and isinstance(_first_value(col), (list, tuple, np.ndarray))
 
-def holds_strings(col) -> bool:
+def holds_strings(col:Column) -> bool:
     "Whether a column's values are strings (a cuDF string column, or pandas cells that are `str`)."
     if is_cudf(col): return is_str_dtype(col.dtype)
     return isinstance(_first_value(col), str)
 
-def sorted_uniques(col) -> list:
+def sorted_uniques(col:Column) -> list:
     "Sorted distinct non-null values of `col` as a host list of NumPy scalars or Python objects, as fastai's `L.sorted()`."
     # `drop_duplicates`, not `unique`: under cudf.pandas' compatible mode cuDF's `unique()` is a CuPy array
     if is_cudf(col): return list(to_host(col.dropna().drop_duplicates().sort_values()).to_numpy())
@@ -183,14 +191,13 @@ def sorted_uniques(col) -> list:
         kinds = sorted({type(o).__name__ for o in u})
         raise TypeError(f"column {col.name!r} mixes value types {kinds}: cast it to one type first") from None
 
-def holds_py_bools(col) -> bool:
+def holds_py_bools(col:Column) -> bool:
     """A cuDF bool column with nulls: pandas holds those values as an object column of Python bools (what cuDF's own
     `to_pandas` gives, and what `cudf.from_pandas` turned into this column), so fastai's vocabulary holds `bool`s."""
     return is_cudf(col) and getattr(col.dtype, 'kind', None) == 'b' and bool(col.isna().any())
 
-def shrink_dtypes(df, skip=()) -> dict:
+def shrink_dtypes(df:Frame, skip:list|tuple=()) -> dict:
     "fastai's `df_shrink_dtypes(df, skip)`, where a cuDF bool column with nulls is the object column pandas has for it."
-    from fastai.tabular.core import df_shrink_dtypes
     res = df_shrink_dtypes(df, skip=list(skip))
     if not is_cudf(df): return res
     objs = {c for c in df.columns if c not in skip and holds_py_bools(df[c])}   # fastai's obj2cat: to category
@@ -200,7 +207,7 @@ def codes_dtype(n:int) -> np.dtype:
     "The signed dtype of pandas' codes for `n` categories (its `coerce_indexer_dtype`); cuDF's are unsigned to 26.06."
     return next(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64) if t is np.int64 or n < np.iinfo(t).max)
 
-def encode_codes(col, vocab:list, add:int=1):
+def encode_codes(col:Column, vocab:list, add:int=1) -> Column:
     """Codes of `col` against `vocab` (a list of values), plus `add`: a value not in `vocab`, or null, gives `add-1`.
     A Series on `col`'s index, on its backend, with pandas' code dtype: fastai's `pd.Categorical(col, vocab).codes+add`.
     Values are looked up in the index `pd.Categorical` builds from `vocab` (its `get_indexer`, which pandas 3 no longer
@@ -220,7 +227,7 @@ def encode_codes(col, vocab:list, add:int=1):
     codes = (codes + add).astype(dt)
     return (require_cudf().Series if cu else pd.Series)(codes, index=col.index, name=col.name)
 
-def mode_value(col):
+def mode_value(col:Column) -> Any:
     """fastai's `FillStrategy.mode` (`col.dropna().value_counts().idxmax()`) by counting on `col`'s own backend, for
     cuDF: its Series has no `idxmax` (rapidsai/cudf#9602), and before 26.10 it orders equal counts by hash. pandas keeps
     the counts in order of first appearance and sorts them: stably from pandas 3 (the first value to appear wins a tie),
@@ -239,17 +246,17 @@ def mode_value(col):
         return to_host(g.index[i:i+1])[0]
     return to_host(g[top].index[:1])[0]
 
-def take_values(vocab:list, codes) -> pd.Series:
+def take_values(vocab:list, codes:pd.Series) -> pd.Series:
     "The values of `vocab` at integer `codes` (a pandas Series; float codes from a decoded batch are fine)."
     return pd.Series(np.asarray(vocab, dtype=object)[codes.to_numpy().astype(np.int64)], index=codes.index, name=codes.name)
 
 # --- multi-hot (list) columns -------------------------------------------------------------------------------------
-def split_lists(col, sep:str):
+def split_lists(col:Column, sep:str) -> Column:
     "A string column split on `sep` into a list column (null stays null), on the column's backend."
     # regex=False on both: cuDF reads a `sep` longer than one character as a regular expression by default
     return col.str.split(sep, regex=False)
 
-def explode_lists(col):
+def explode_lists(col:Column) -> tuple:
     """`(elements, lengths)` of a list column: the elements in row order (a null list counts as one missing element, an
     empty list as none), and each row's element count as an int64 array on the column's device."""
     if is_cudf(col):

@@ -15,7 +15,9 @@ from fastai.data.core import TfmdDL
 from fastai.learner import Learner
 from fastai.torch_core import apply, get_model, maybe_gather, num_distrib, to_detach, to_device
 
-from .loader import BatchDataLoader, _gather
+from .collectives import all_gather_rows, comm_device
+from .loader import BatchDataLoader
+from .pack import gather_rows
 
 try: from fastai.distributed import DistributedDL, DistributedTrainer
 except (ImportError, NameError): DistributedDL = DistributedTrainer = None   # fastai.distributed needs `accelerate`
@@ -33,28 +35,19 @@ def shard_layout(n:int, bs:int, world_size:int, drop_last:bool=False, pad:bool=T
     elif pad or n < world_size: N = -(-n // world_size) * world_size
     else: N = n
     nb = -(-N // g)
-    return N, nb - (nb > 1 and 0 < n % g < 2 * world_size and not drop_last)
+    tail = n % g
+    short_tail = nb > 1 and not drop_last and 0 < tail < 2 * world_size
+    return N, nb - 1 if short_tail else nb
 
 def shard_span(N:int, n_batches:int, bs:int, world_size:int, b:int, rank:int) -> tuple:
     """Positions `[start, stop)` of `rank`'s batch `b`: the global batch `b` (`bs*world_size` positions, the last one
     up to `N`) cut into `world_size` contiguous pieces in rank order, so that gathering them in rank order gives the
     epoch's order back. The last batch's pieces differ by at most one row (none with `pad`)."""
     start = b * bs * world_size
-    q,e = divmod((N if b == n_batches - 1 else start + bs * world_size) - start, world_size)
+    stop = N if b == n_batches - 1 else start + bs * world_size
+    q,e = divmod(stop - start, world_size)   # the first `e` ranks take one row more
     a = start + rank * q + min(rank, e)
-    return a, a + q + (rank < e)
-
-def _comm_device():
-    "Where tensors for collectives live: NCCL wants CUDA tensors, gloo takes CPU ones."
-    return torch.device('cuda', torch.cuda.current_device()) if dist.get_backend() == 'nccl' else torch.device('cpu')
-
-def _gather_rows(x, sizes):
-    "Every rank's `x` (rank r's has `sizes[r]` rows), concatenated in rank order: padded to the largest for all_gather."
-    m = max(sizes)
-    if len(x) < m: x = torch.cat([x, x.new_zeros((m - len(x), *x.shape[1:]))])
-    out = [torch.empty_like(x) for _ in sizes]
-    dist.all_gather(out, x.contiguous())
-    return torch.cat([o[:s] for o,s in zip(out, sizes)])
+    return a, a + q + (1 if rank < e else 0)
 
 @contextmanager
 def _seeded(device, seed):
@@ -98,7 +91,7 @@ class DistributedBatchDL(DistributedDL or TfmdDL):
         if self.seed is None:   # once per wrap (a `fit`), never per epoch
             t = torch.randint(0, 2**62, (1,))
             if dist.is_available() and dist.is_initialized() and self.world_size > 1:
-                t = t.to(_comm_device())
+                t = t.to(comm_device())
                 dist.broadcast(t, 0)
             self.seed = int(t)
         return self.seed
@@ -106,8 +99,8 @@ class DistributedBatchDL(DistributedDL or TfmdDL):
     def _epoch_order(self):
         "The wrapped loader's order for this epoch (None: `range(n)`), on its device, the same on every rank."
         dl = self.dl
-        if not (dl.shuffle or dl.wgts is not None): return dl._order()
-        with _seeded(dl.rows[0].device, self._base_seed() + self.epoch): order = dl._order()
+        if not (dl.shuffle or dl.wgts is not None): return dl.epoch_order()
+        with _seeded(dl.rows[0].device, self._base_seed() + self.epoch): order = dl.epoch_order()
         self.epoch += 1
         return order
 
@@ -130,7 +123,7 @@ class DistributedBatchDL(DistributedDL or TfmdDL):
             # for `to_detach`: every rank's rows in this batch, how many of them are real (not padding), epoch rows
             self._cur = dict(sizes=[z_ - a_ for a_,z_ in spans], keep=max(0, min(spans[-1][1], n) - spans[0][0]),
                              n_rank=n_rank, N=N)
-            yield dl.after_batch(_gather(rows, layout, slice(a, z) if order is None else order[a:z]))
+            yield dl.after_batch(gather_rows(rows, layout, slice(a, z) if order is None else order[a:z]))
         self._cur = None
         dl.after_iter()
 
@@ -151,7 +144,7 @@ class DistributedBatchDL(DistributedDL or TfmdDL):
             if not isinstance(x, torch.Tensor): return x
             x = x.detach()
             if x.ndim == 0: x = self._mean(x, c)
-            elif len(x) == c['sizes'][self.rank]: x = _gather_rows(x, c['sizes'])[:c['keep']]
+            elif len(x) == c['sizes'][self.rank]: x = all_gather_rows(x, c['sizes'])[:c['keep']]
             else: x = maybe_gather(x)
             return x.cpu() if cpu else x
         return apply(_inner, b)
@@ -177,11 +170,10 @@ if DistributedDL is not None:
         return object.__new__(DistributedBatchDL if cls is DistributedDL and isinstance(dl, BatchDataLoader) else cls)
     DistributedDL.__new__ = _new
 
-def _distributed(learn) -> bool:
+def _under_distrib_ctx(learn) -> bool:
     "Whether `learn` trains under fastai's `distrib_ctx` on more than one process."
-    return (DistributedTrainer is not None and num_distrib() > 1
-            and any(isinstance(cb, DistributedTrainer) for cb in learn.cbs))
-
+    if DistributedTrainer is None or num_distrib() < 2: return False
+    return any(isinstance(cb, DistributedTrainer) for cb in learn.cbs)
 
 def _host_copy(x):
     "A copy of a (nested) state dict with its tensors on the host."
@@ -205,7 +197,7 @@ class SparseGradSync(Callback):
 
     def before_fit(self):
         self.params,self.synced = [],False
-        if not _distributed(self.learn): return
+        if not _under_distrib_ctx(self.learn): return
         params = _sparse_params(self.model)
         if not params: return
         DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(self.model, [n for n,_ in params])
@@ -220,12 +212,12 @@ class SparseGradSync(Callback):
         if not self.params: return
         ws = num_distrib()
         gs = [(_empty_grad(p) if p.grad is None else p.grad).coalesce() for p in self.params]
-        nnz = torch.tensor([g._nnz() for g in gs], device=_comm_device())
+        nnz = torch.tensor([g._nnz() for g in gs], device=comm_device())
         sizes = [torch.empty_like(nnz) for _ in range(ws)]
         dist.all_gather(sizes, nnz)
         for p,g,s in zip(self.params, gs, torch.stack(sizes).T.tolist()):   # the host sync: [param][rank] rows
             if not sum(s): continue
-            idx,val = _gather_rows(g.indices()[0], s),_gather_rows(g.values(), s)
+            idx,val = all_gather_rows(g.indices()[0], s),all_gather_rows(g.values(), s)
             p.grad = torch.sparse_coo_tensor(idx[None], val / ws, p.shape)
 
     def after_fit(self):
@@ -244,7 +236,7 @@ class DistributedLRFind(Callback):
     def before_fit(self):
         self.state = None
         lrf = [cb for cb in self.learn.cbs if isinstance(cb, LRFinder)]
-        if not (lrf and _distributed(self.learn)): return
+        if not (lrf and _under_distrib_ctx(self.learn)): return
         self.learn.n_epoch = max(self.learn.n_epoch, lrf[0].num_it // len(self.dls.train) + 1)
         self.state = _host_copy(get_model(self.model).state_dict()),_host_copy(self.opt.state_dict())
 

@@ -10,8 +10,9 @@ from fastai.data.transforms import Categorize, Normalize, RegressionSetup, Encod
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
+from fastai.learner import Learner
 
-from .loader import _cat_widths
+from .pack import cat_widths
 
 __all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
 
@@ -41,10 +42,13 @@ class PredsModel(nn.Module):
 def _preds_model(learn):
     "A CPU float32 copy of `learn.model` in eval mode inside `PredsModel`, and example inputs `(x_cat int32, x_cont)`."
     to = learn.dls.train_ds
-    n_cat,n_cont = sum(_cat_widths(to)),len(to.cont_names)
+    n_cat,n_cont = sum(cat_widths(to)),len(to.cont_names)
     model = copy.deepcopy(learn.model).float().cpu().eval()
     act = getattr(learn.loss_func, 'activation', noop)
-    xs = (torch.zeros(2, n_cat, dtype=torch.int32),)*(n_cat > 0) + (torch.zeros(2, n_cont),)*(n_cont > 0)
+    xs = []
+    if n_cat: xs.append(torch.zeros(2, n_cat, dtype=torch.int32))
+    if n_cont: xs.append(torch.zeros(2, n_cont))
+    xs = tuple(xs)
     return PredsModel(model, act, n_cat > 0, n_cont > 0).eval(), xs
 
 def _target_vocab(learn):
@@ -54,7 +58,7 @@ def _target_vocab(learn):
 
 def _input_names(xs, has_cat): return ['x_cat', 'x_cont'] if len(xs) == 2 else ['x_cat' if has_cat else 'x_cont']
 
-def export_model(learn, path=None, batch=None):
+def export_model(learn:Learner, path:str|Path|None=None, batch:tuple|None=None):
     """`torch.export` of `learn.model` with `get_preds`' activation, a dynamic batch dimension, and multi-hot bags as
     the masked lookup. `batch`: an example `(x_cat, x_cont, ...)` (cloned: loader batches are views of one packed
     storage, which `torch.export.save` refuses); default zeros. Saved to `path` (a .pt2) if given."""
@@ -165,7 +169,7 @@ def _procs_graph(to, list_sep='|'):
     if cat is None and len(to.cat_names):
         raise TypeError("export_onnx encodes cat columns with Categorify's vocabularies: add Categorify to procs")
     cats = []
-    for n,w in zip(to.cat_names, _cat_widths(to)):
+    for n,w in zip(to.cat_names, cat_widths(to)):
         vocab = list(cat.classes[n].items[1:])
         if n in mh:
             sep,empty = _bag_sep(to, n, list_sep)
@@ -189,8 +193,8 @@ def _procs_graph(to, list_sep='|'):
         if not blocks: continue
         x = g.op('Concat', *blocks, axis=1) if len(blocks) > 1 else blocks[0]
         g.nodes.append(helper.make_node('Identity', [x], [f'fgt/{name}']))
-        outs.append(helper.make_tensor_value_info(f'fgt/{name}', tt, ['batch', sum(_cat_widths(to)) if name == 'x_cat'
-                                                                       else len(to.cont_names)]))
+        width = sum(cat_widths(to)) if name == 'x_cat' else len(to.cont_names)
+        outs.append(helper.make_tensor_value_info(f'fgt/{name}', tt, ['batch', width]))
     return helper.make_graph(g.nodes, 'fastai_gpu_tabular_procs', g.inputs, outs, initializer=g.inits), cols
 
 def _rename_output(model, old, new):
@@ -198,7 +202,7 @@ def _rename_output(model, old, new):
     for o in model.graph.output:
         if o.name == old: o.name = new
 
-def export_onnx(learn, path, list_sep:str='|', procs:bool=True, opset:int=_OPSET):
+def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True, opset:int=_OPSET) -> Path:
     """Write `learn` as one ONNX file from raw columns to predictions: the procs' learned state as ONNX ops (Categorify
     -> LabelEncoder, unseen -> 0 '#na#'; a multi-hot string column -> StringSplit, padded with -1 or cut to its slots;
     FillMissing -> IsNaN/Where and the `_na` flag; Normalize -> Sub/Div) merged with the model, whose multi-hot bags
@@ -279,7 +283,8 @@ def _triton_type(vi) -> str:
     return {T.STRING: 'TYPE_STRING', T.INT64: 'TYPE_INT64', T.DOUBLE: 'TYPE_FP64', T.INT32: 'TYPE_INT32',
             T.FLOAT: 'TYPE_FP32'}[vi.type.tensor_type.elem_type]
 
-def export_triton(learn, repo, name:str='fastai_tabular', version:int=1, max_batch_size:int=65536, **kwargs):
+def export_triton(learn:Learner, repo:str|Path, name:str='fastai_tabular', version:int=1, max_batch_size:int=65536,
+                  **kwargs) -> Path:
     """A model repository for Triton's onnxruntime backend: `repo/name/config.pbtxt`, `repo/name/<version>/model.onnx`
     (`export_onnx`'s file; `kwargs` go there) and, for a classifier, `labels.txt` (the target's vocab, for Triton's
     classification extension). Each input is a batched column: `dims: [1]` reshaped to the graph's 1-D input, strings

@@ -3,9 +3,9 @@ permutation an epoch), batches as TF tensors through DLPack, and the inputs and 
 from __future__ import annotations
 
 import functools
-import numpy as np
 
-from .loader import _cat_widths
+from .loader import BatchDataLoader
+from .pack import cat_spans, cat_widths
 
 __all__ = ['to_tf', 'as_keras_dataset', 'keras_inputs', 'bag_embedding']
 
@@ -19,18 +19,21 @@ def to_tf(batch):
     if isinstance(batch, (tuple, list)): return type(batch)(_one(t) for t in batch)
     return _one(batch)
 
-def _columns(to) -> list:
+def _column_spans(to) -> list:
     "`(name, start, stop, kind)` of each column in the packed `(cats, conts)`: 'cat' (multi-hot blocks too) or 'cont'."
-    widths = _cat_widths(to)
-    starts = np.cumsum([0] + widths)
-    return ([(n, int(a), int(b), 'cat') for n,a,b in zip(to.cat_names, starts[:-1], starts[1:])]
-            + [(n, j, j+1, 'cont') for j,n in enumerate(to.cont_names)])
+    cats = [(n, a, b, 'cat') for n,(a,b) in zip(to.cat_names, cat_spans(cat_widths(to)))]
+    return cats + [(n, j, j+1, 'cont') for j,n in enumerate(to.cont_names)]
 
-def _to_backend(backend):
-    "How a batch's torch tensors reach Keras: as they are (torch), through DLPack (tensorflow), else through NumPy."
-    if backend == 'torch': return lambda d: d
-    if backend == 'tensorflow': return to_tf
-    return lambda d: {k: v.cpu().numpy() for k,v in d.items()} if isinstance(d, dict) else d.cpu().numpy()
+def _to_numpy(d):
+    "A batch's tensors (a dict of them, or one) as NumPy arrays on the host."
+    if isinstance(d, dict): return {k: v.cpu().numpy() for k,v in d.items()}
+    return d.cpu().numpy()
+
+def _batch_converter(keras_backend:str):
+    "How a batch's torch tensors reach Keras' `keras_backend`: as they are (torch), by DLPack (tensorflow), else NumPy."
+    if keras_backend == 'torch': return lambda d: d
+    if keras_backend == 'tensorflow': return to_tf
+    return _to_numpy
 
 @functools.cache
 def _dataset_cls():
@@ -40,8 +43,8 @@ def _dataset_cls():
         not shuffled), split into a dict of column views; `on_epoch_end` draws the next permutation."""
         def __init__(self, dl):
             super().__init__()
-            self.dl,self.cols,self.convert = dl,_columns(dl.dataset),_to_backend(keras.backend.backend())
-            self.order = dl._own_order()   # the loader's own: a permutation, a weighted draw, or None (in order)
+            self.dl,self.cols,self.convert = dl,_column_spans(dl.dataset),_batch_converter(keras.backend.backend())
+            self.order = dl.draw_order()   # the loader's own: a permutation, a weighted draw, or None (in order)
 
         @property
         def num_batches(self): return len(self.dl)
@@ -54,10 +57,10 @@ def _dataset_cls():
             x = self.convert({n: (cats if kind == 'cat' else conts)[:, s:e] for n,s,e,kind in self.cols})
             return (x, self.convert(ys[0])) if ys else (x,)
 
-        def on_epoch_end(self): self.order = self.dl._own_order()
+        def on_epoch_end(self): self.order = self.dl.draw_order()
     return TabularPyDataset
 
-def as_keras_dataset(dl):
+def as_keras_dataset(dl:BatchDataLoader):
     """A `keras.utils.PyDataset` over a `BatchDataLoader`'s packed rows, for `model.fit(as_keras_dataset(dls.train),
     validation_data=as_keras_dataset(dls.valid))`. Each batch is `(x, y)`: `x` a dict of one tensor per column ([bs, 1]
     codes for a cat, [bs, slots] codes padded with -1 for a multi-hot column, [bs, 1] float32 for a cont), `y` the
@@ -68,11 +71,11 @@ def as_keras_dataset(dl):
     batches."""
     return _dataset_cls()(dl)
 
-def keras_inputs(dl) -> dict:
+def keras_inputs(dl:BatchDataLoader) -> dict:
     "`keras.Input`s matching `as_keras_dataset(dl)`'s batches, by column name: int32 codes and float32 values."
     import keras
     return {n: keras.Input(shape=(e - s,), dtype='float32' if kind == 'cont' else 'int32', name=n)
-            for n,s,e,kind in _columns(dl.dataset)}
+            for n,s,e,kind in _column_spans(dl.dataset)}
 
 @functools.cache
 def _bag_cls():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from fastcore.foundation import L
 from fastcore.meta import delegates
+from fastai.data.core import DataLoaders
 from fastai.learner import Learner
 from fastai.optimizer import Adam
 from fastai.tabular.learner import TabularLearner
@@ -24,12 +25,13 @@ def sparse_columns(to, sparse) -> list:
     return [i for i,n in enumerate(to.cat_names) if n in L(sparse)]
 
 @delegates(Learner.__init__)
-def tabular_learner(dls, layers:list=None, emb_szs:dict|int=None, config:dict=None, n_out:int=None, y_range=None,
+def tabular_learner(dls:DataLoaders, layers:list=None, emb_szs:dict|int=None, config:dict=None, n_out:int=None,
+                    y_range=None,
                     sparse=None, # cat names, True (all), or a table size: tables above it get sparse gradients
                     fused:bool=False, # one fused weight per embedding width: one lookup kernel instead of one per column
                     bag_mode:str='mean', # how a multi-hot column's element embeddings combine: 'mean' or 'sum'
                     sparse_lr_mult:float=1., # the sparse tables' learning rate, as a multiple of the dense one
-                    **kwargs):
+                    **kwargs) -> TabularLearner:
     """fastai's `tabular_learner` (same signature and defaults) building `TabularModelGPU`: multi-hot columns become
     embedding bags, `sparse` tables get sparse gradients (and the optimizer a sparse update for them, behind the same
     fastai optimizer), `fused` looks all tables up at once. `emb_szs` may also be an int: every table that wide."""

@@ -42,7 +42,8 @@ from torch import nn
 from fastai.learner import Metric
 from fastcore.basics import noop
 
-from .loader import _cat_widths
+from .collectives import all_gather
+from .pack import cat_spans, cat_widths
 
 __all__ = ['roc_auc', 'binary_log_loss', 'rank_metrics', 'RANK_METRICS', 'binary_scores', 'loss_activation',
            'group_position', 'AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate']
@@ -206,28 +207,6 @@ def rank_metrics(scores, relevant, groups, k:int|None=None, metrics=RANK_METRICS
     return dict(out, **{key: float(v[:ng][has].mean()) if out['n_groups'] else float('nan') for key,v in res.items()})
 
 # --- across processes ----------------------------------------------------------------------------------------------
-def _distributed():
-    dist = torch.distributed
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-def _gather(*ts) -> tuple:
-    "Each tensor's rows from every process, in rank order: one all-gather of the lengths, one per tensor (padded)."
-    if not _distributed(): return ts
-    dist,ws = torch.distributed,torch.distributed.get_world_size()
-    n = torch.tensor([len(ts[0])], device=ts[0].device)
-    ns = [torch.zeros_like(n) for _ in range(ws)]
-    dist.all_gather(ns, n)
-    ns = [int(x) for x in ns]
-    res = []
-    for t in ts:
-        u = t.to(torch.uint8) if t.dtype == torch.bool else t   # gloo has no bool
-        buf = u.new_zeros((max(ns), *u.shape[1:]))
-        buf[:len(u)] = u
-        parts = [torch.empty_like(buf) for _ in range(ws)]
-        dist.all_gather(parts, buf)
-        res.append(torch.cat([p[:k] for p,k in zip(parts, ns)]).to(t.dtype))
-    return tuple(res)
-
 def _unpadded(dl, bs) -> int:
     """Rows of this batch that are real: fastai's `DistributedDL` pads the last shards with repeated rows so that every
     process has as many; its `n`, `n_padded`, `i` (rows read so far, this batch included) say which (host ints)."""
@@ -277,7 +256,7 @@ class DeviceMetric(Metric):
     @property
     def value(self):
         if self._value is None and self.parts:
-            cols = _gather(*(torch.cat(c) for c in zip(*self.parts)))
+            cols = all_gather(*(torch.cat(c) for c in zip(*self.parts)))
             if int(cols[-1].sum()): raise _not_binary(self.name)
             self._value = self._compute(*cols[:-1])
         return self._value
@@ -314,10 +293,9 @@ def group_position(to, name) -> int:
     "The column of cat `name` in a batch's `x_cat` of `to` (a TabularGPU's multi-hot columns take several)."
     names = list(getattr(to, 'cat_names', []))
     if name not in names: raise ValueError(f"group column {name!r} is not one of the cat columns {names}")
-    widths = _cat_widths(to)
-    i = names.index(name)
-    if widths[i] != 1: raise ValueError(f"group column {name!r} is multi-hot: a group is one value per row")
-    return sum(widths[:i])
+    start,stop = cat_spans(cat_widths(to))[names.index(name)]
+    if stop - start != 1: raise ValueError(f"group column {name!r} is multi-hot: a group is one value per row")
+    return start
 
 class RankMetric(DeviceMetric):
     """A per-group ranking metric (see `rank_metrics`): keeps each batch's scores, positives and group codes. `score`:

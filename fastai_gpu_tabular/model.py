@@ -6,6 +6,8 @@ from fastai.layers import Embedding, trunc_normal_
 from fastai.tabular.model import TabularModel
 from fastai.torch_core import Module
 
+from .pack import cat_spans
+
 __all__ = ['bag_lookup', 'masked_bag_lookup', 'exporting', 'FusedEmbedding', 'TabularModelGPU']
 
 def _init_(w): trunc_normal_(w.data, std=0.01)   # fastai's `Embedding` init
@@ -22,7 +24,7 @@ def _embedding(ni, nf, sparse=False):
     e.sparse = sparse
     return e
 
-def bag_lookup(codes, weight, mode='mean', sparse=False):
+def bag_lookup(codes:torch.Tensor, weight:torch.Tensor, mode:str='mean', sparse:bool=False) -> torch.Tensor:
     "Embed bags of `codes` (`[bs, slots]`, -1 = padding) in `weight`: the sum or mean of each row's embeddings."
     mask = codes >= 0
     # a padding slot looks up a row with weight 0: for a sparse grad, a row of the batch (its largest code), so that the
@@ -32,7 +34,7 @@ def bag_lookup(codes, weight, mode='mean', sparse=False):
     out = F.embedding_bag(idx, weight, mode='sum', sparse=sparse, per_sample_weights=mask.to(weight.dtype))
     return out / mask.sum(1, keepdim=True).clamp(min=1).to(out.dtype) if mode == 'mean' else out
 
-def masked_bag_lookup(codes, weight, mode='mean'):
+def masked_bag_lookup(codes:torch.Tensor, weight:torch.Tensor, mode:str='mean') -> torch.Tensor:
     """`bag_lookup` as a plain gather, a mask and a sum: the exported form. Exporters turn `embedding_bag` into a
     per-bag `Loop` (seconds a batch in onnxruntime); this one becomes Gather, Mul and ReduceSum."""
     mask = (codes >= 0).to(weight.dtype).unsqueeze(-1)
@@ -55,7 +57,7 @@ class FusedEmbedding(Module):
     each table back for export."""
     def __init__(self, emb_szs, bags=None, mode='mean', sparse=False):
         self.emb_szs,self.bags,self.mode,self.sparse = list(emb_szs),dict(bags or {}),mode,sparse
-        starts = torch.tensor([0] + [_width(self.bags, i) for i in range(len(emb_szs))]).cumsum(0)
+        spans = cat_spans([_width(self.bags, i) for i in range(len(emb_szs))])   # each column's slots in `x_cat`
         self.groups,self.weights,feat,pos = [],nn.ParameterList(),0,{}
         for d in sorted({nf for _,nf in emb_szs}):
             cols = [i for i,(_,nf) in enumerate(emb_szs) if nf == d]
@@ -65,13 +67,14 @@ class FusedEmbedding(Module):
             with torch.no_grad(): w[-1] = 0
             self.weights.append(w)
             g = len(self.groups)
-            self.register_buffer(f'slots{g}', torch.cat([torch.arange(starts[i], starts[i+1]) for i in cols]), persistent=False)
-            self.register_buffer(f'offs{g}', torch.tensor([rows[k] for k,i in enumerate(cols) for _ in range(_width(self.bags, i))]),
+            widths = [_width(self.bags, i) for i in cols]
+            self.register_buffer(f'slots{g}', torch.cat([torch.arange(*spans[i]) for i in cols]), persistent=False)
+            self.register_buffer(f'offs{g}', torch.tensor([rows[k] for k,w in enumerate(widths) for _ in range(w)]),
                                  persistent=False)
-            firsts = torch.tensor([0] + [_width(self.bags, i) for i in cols]).cumsum(0)
-            self.register_buffer(f'firsts{g}', firsts[:-1], persistent=False)
+            # each column's first slot among the group's
+            self.register_buffer(f'firsts{g}', torch.tensor([a for a,_ in cat_spans(widths)]), persistent=False)
             # which slots belong to which column (for the masked lookup of an export): [cols, slots], 0/1
-            col = torch.repeat_interleave(torch.arange(len(cols)), firsts.diff())
+            col = torch.repeat_interleave(torch.arange(len(cols)), torch.tensor(widths))
             self.register_buffer(f'seg{g}', (torch.arange(len(cols))[:, None] == col).float(), persistent=False)
             self.groups.append(dict(cols=cols, rows=rows, pad=rows[-1], bags=any(i in self.bags for i in cols)))
             for k,i in enumerate(cols): pos[i] = feat + k*d
@@ -146,10 +149,9 @@ class TabularModelGPU(TabularModel):
         "The concatenated embeddings of every cat column, in column order."
         if self.fused is not None: return self.fused(x_cat)
         if not self.bags: return torch.cat([e(x_cat[:, i]) for i,e in enumerate(self.embeds)], 1)   # fastai's loop
-        outs,j = [],0
-        for e,w in zip(self.embeds, self.widths):
-            outs.append(e(x_cat[:, j:j+w]) if isinstance(e, _Bag) else e(x_cat[:, j]))
-            j += w
+        outs = []
+        for e,(a,b) in zip(self.embeds, cat_spans(self.widths)):
+            outs.append(e(x_cat[:, a:b]) if isinstance(e, _Bag) else e(x_cat[:, a]))
         return torch.cat(outs, 1)
 
     def forward(self, x_cat, x_cont=None):

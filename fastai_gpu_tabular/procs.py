@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools, operator, warnings
+from collections.abc import Callable
 from collections import defaultdict
 import numpy as np, pandas as pd
 from fastcore.basics import store_attr
@@ -12,9 +13,10 @@ from fastai.tabular.core import FillMissing, FillStrategy, Tabular
 
 from .backend import (encode_codes, explode_lists, holds_py_bools, host_scalar, is_cudf, mode_value, sorted_uniques,
                       take_values, to_host)
+from .checks import check_fill_value, check_labels, fill_nan_check
 
-__all__ = ['Categorify', 'register_procs', 'category_map', 'fill_nan_check', 'freq_values', 'keep_frequent',
-           'bag_width']
+__all__ = ['Categorify', 'register_procs', 'register_proc', 'category_map', 'freq_values', 'keep_frequent',
+           'quantile_from_counts', 'bag_width']
 
 class Categorify(fatc.Categorify):
     """fastai's `Categorify`, plus two options for huge ID columns: values seen fewer than `min_freq` times in the
@@ -67,39 +69,40 @@ def keep_frequent(vals:list, counts, min_freq=None, max_vocab=None) -> list:
         keep = np.sort(keep[np.argsort(-counts[keep], kind='stable')[:max_vocab]])
     return [vals[i] for i in keep]
 
-def bag_width(lens, name, max_bag=None) -> int:
-    """Slots for a multi-hot column with lists of `lens` elements: `max_bag`, else the longest list, unless it is over
-    4x the 99th percentile (a long tail: padding to it would cost memory and lookups for almost nothing), then that
+def quantile_from_counts(values, counts, q:float) -> float:
+    "`np.quantile(a, q)` of the array `a` that holds each of the sorted `values` `counts` times, without building it."
+    values, cum = np.asarray(values), np.cumsum(counts)
+    v = (cum[-1] - 1) * np.asarray(q, dtype='f8')   # numpy's virtual index for the 'linear' method
+    i = int(np.floor(v))
+    at = lambda k: values[np.searchsorted(cum, k, side='right')]   # the k-th value in sorted order
+    a, b = at(i), at(min(i + 1, cum[-1] - 1))
+    return float(np.quantile(np.array([a, b]), v - i))   # numpy's own interpolation between the two
+
+def bag_width(hist, name:str, max_bag:int|None=None) -> int:
+    """Slots for a multi-hot column whose list lengths `hist` counts (`hist[k]`: rows with k elements, `np.bincount` of
+    the lengths; the Dask path adds the partitions' counts): `max_bag`, else the longest list, unless it is over 4x the
+    99th percentile (a long tail: padding to it would cost memory and lookups for almost nothing), then that
     percentile, with a warning saying how many rows lose elements."""
-    longest = max(int(lens.max()), 1)
-    if max_bag is None:   # np.quantile runs CuPy's on a CuPy array
-        p99 = max(int(np.ceil(float(np.quantile(lens, 0.99)))), 1)
+    hist = np.asarray(hist)
+    lens = np.flatnonzero(hist)   # the lengths present, sorted
+    longest = max(int(lens[-1]), 1)
+    if max_bag is None:
+        p99 = max(int(np.ceil(quantile_from_counts(lens, hist[lens], 0.99))), 1)
         if longest <= 4 * p99: return longest
         max_bag = p99
     if max_bag < longest:
-        cut = int((lens > max_bag).sum())
-        warnings.warn(f"multi-hot column {name!r}: padding to {max_bag} slots, so {cut} of {len(lens)} rows "
+        cut = int(hist[max_bag + 1:].sum())
+        warnings.warn(f"multi-hot column {name!r}: padding to {max_bag} slots, so {cut} of {int(hist.sum())} rows "
                       f"(lists up to {longest} long) lose their elements past {max_bag}; pass Categorify(max_bag=...) to change")
     return min(max_bag, longest)
 
-def _loud(f):
+def _reraise_attribute_errors(f):
     "fasttransform's `Transform.setup` swallows AttributeError: re-raise it as an error the user sees."
     @functools.wraps(f)
     def _inner(self, to):
         try: return f(self, to)
         except AttributeError as e: raise RuntimeError(f"{type(self).__name__}.setups failed: {e}") from e
     return _inner
-
-def fill_nan_check(to, na_dict:dict|None):
-    "Raise, naming the columns, if a continuous column has NaN that nothing will fill (no FillMissing, or none in training)."
-    known = set(na_dict or ())
-    bad = [n for n in to.cont_names if n not in known and to.items[n].isna().any()]
-    if not bad: return
-    if na_dict is None:
-        raise ValueError(f"continuous column(s) {bad} contain NaN and `procs` has no FillMissing: add FillMissing, "
-                         "or fill them before TabularGPU")
-    raise ValueError(f"continuous column(s) {bad} contain NaN, but had none in the training rows, so FillMissing "
-                     "learned no fill value for them: fill them before inference, or retrain with NaN present")
 
 # --- Categorify ---------------------------------------------------------------------------------------------------
 def _categorify_setups(self, to):
@@ -111,7 +114,8 @@ def _categorify_setups(self, to):
             elems,lens = explode_lists(to.full_items[n])
             col = elems[elems.index < len(to.items)]   # training rows come first in the full frame
             mb = getattr(self, 'max_bag', None)
-            self.multi_hot_lens[n] = bag_width(lens, n, mb.get(n) if isinstance(mb, dict) else mb)
+            hist = to_host(np.bincount(lens))   # CuPy's bincount on a CuPy array
+            self.multi_hot_lens[n] = bag_width(hist, n, mb.get(n) if isinstance(mb, dict) else mb)
         # a category column's vocab is its categories (from all rows, for fastai's df_shrink cast); frequencies
         # (min_freq, max_vocab) are counted on the training rows
         values = freq_values(col, mf, mv) if mf or mv else _cat_values(col)
@@ -135,9 +139,7 @@ def _fill_value(strategy, col, fill, name):
     # cuDF has no `idxmax` for fastai's mode (`value_counts().idxmax()`): counted on the device, with pandas' tie rule
     elif strategy is FillStrategy.mode and is_cudf(col): v = mode_value(col)
     else: v = host_scalar(to_host(strategy(col, fill)))
-    if v is None or (pd.api.types.is_scalar(v) and pd.isna(v)):
-        raise ValueError(f"continuous column {name!r} is entirely NaN in the training rows: FillMissing cannot "
-                         "compute a fill value. Drop the column or pass `fill_vals`")
+    check_fill_value(name, v)
     # pandas' median/mode of a float32 column is a float32: give cuDF's results that type too
     cast = is_cudf(col) and computed and isinstance(v, (float, np.floating)) and col.dtype.kind == 'f'
     return col.dtype.type(v) if cast else v
@@ -212,10 +214,7 @@ def _categorize_encodes(self, to):
         if n not in to.items.columns: continue
         col = to.items[n]
         codes = encode_codes(col, list(self.vocab.items), add=0)
-        if (codes < 0).any():
-            unseen = to_host(col[codes < 0].drop_duplicates())[:5]
-            raise ValueError(f"target column {n!r} has labels not seen in the training rows, e.g. {list(unseen)}; "
-                             f"the training labels are {list(self.vocab.items)[:10]}")
+        if (codes < 0).any(): check_labels(n, list(to_host(col[codes < 0].drop_duplicates())[:5]), self.vocab.items)
         to.set_col(n, codes)
     return to
 
@@ -224,14 +223,14 @@ def _categorize_decodes(self, to):
         if n in to.items.columns: to.set_col(n, take_values(self.vocab.items, to.items[n]))
     return to
 
-def _register(proc, name, f, cls):
+def register_proc(proc:type, name:str, f:Callable, cls:type) -> None:
     "Register `f` as `proc.<name>` for `to: cls` (fasttransform's `@Proc def name(self, to: cls)` idiom)."
     def method(self, to): return f(self, to)
     method.__name__, method.__qualname__ = name, f'{proc.__name__}.{name}'
     method.__annotations__ = {'to': cls}
-    proc(_loud(method) if name == 'setups' else method)
+    proc(_reraise_attribute_errors(method) if name == 'setups' else method)
 
-def register_procs(cls):
+def register_procs(cls:type) -> None:
     "Make fastai's own procs compute on `cls` frames (cuDF or pandas); learned state keeps fastai's names and types."
     for proc, fs in ((fatc.Categorify, (_categorify_setups, _categorify_encodes, _categorify_decodes)),
                      # our subclass merged fastai's methods when it was created, so it needs its own registration
@@ -240,4 +239,4 @@ def register_procs(cls):
                      (Normalize, (_normalize_setups, _normalize_encodes, _normalize_decodes)),
                      (Categorize, (_categorize_setups, _categorize_encodes, _categorize_decodes))):
         for name, f in zip(('setups', 'encodes', 'decodes'), fs):
-            if f is not None: _register(proc, name, f, cls)
+            if f is not None: register_proc(proc, name, f, cls)

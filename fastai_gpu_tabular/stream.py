@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np, torch
 from fastcore.meta import delegates
 
-from .loader import BatchDataLoader, unpack_rows
+from .collectives import rank_and_world
+from .loader import BatchDataLoader
+from .pack import Layout, unpack_rows
 
-__all__ = ['PackedChunks', 'StreamDataLoader', 'free_memory', 'rank_and_world']
+__all__ = ['PackedChunks', 'StreamDataLoader', 'free_memory', 'byte_count']
 
-def free_memory(device, frac:float=0.5) -> int:
+def free_memory(device:torch.device|str, frac:float=0.5) -> int:
     "`frac` of the memory free now on `device` (the GPU's, or the host's RAM for the CPU), in bytes."
     device = torch.device(device)
     if device.type == 'cuda': return int(torch.cuda.mem_get_info(device)[0] * frac)
@@ -22,16 +24,11 @@ def free_memory(device, frac:float=0.5) -> int:
         return int(psutil.virtual_memory().available * frac)
     except ImportError: return int(os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') * frac)
 
-def _bytes(b) -> int|None:
-    "A byte count from an int or a string such as '2GB' (Dask's `parse_bytes`)."
+def byte_count(b:int|str|None) -> int|None:
+    "A byte count from an int or a string such as '2GB' (Dask's `parse_bytes`); None stays None."
     if b is None or isinstance(b, (int, np.integer)): return b
-    from dask.utils import parse_bytes
+    from dask.utils import parse_bytes   # an optional dependency: imported when a string needs it
     return parse_bytes(b)
-
-def rank_and_world() -> tuple:
-    "`(rank, world_size)` of torch.distributed when it is initialised, else `(0, 1)`."
-    d = torch.distributed
-    return (d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else (0, 1)
 
 class PackedChunks:
     "Packed rows in `.npy` files of a folder (`chunks.json` lists them with their row counts and the layout)"
@@ -40,16 +37,15 @@ class PackedChunks:
         meta = json.loads((self.path/'chunks.json').read_text())
         self.files, self.lens = [f for f,_ in meta['files']], np.array([n for _,n in meta['files']], dtype=np.int64)
         self.width = meta['width']
-        self.layout = tuple((a, b, getattr(torch, dt)) for a,b,dt in meta['layout'])
+        self.layout = Layout.from_json(meta['layout'])
         self.starts = np.concatenate([[0], np.cumsum(self.lens)]).astype(np.int64)
         self._offsets = {}
 
     @classmethod
-    def write(cls, path, files:list, layout, width:int) -> PackedChunks:
+    def write(cls, path, files:list, layout:tuple, width:int) -> PackedChunks:
         "Record `files` (`(name, rows)` in row order, written to `path` by `write_rows`) and their layout."
         path = Path(path)
-        meta = dict(files=[[f, int(n)] for f,n in files if n], width=int(width),
-                    layout=[[a, b, str(dt).replace('torch.', '')] for a,b,dt in layout])
+        meta = dict(files=[[f, int(n)] for f,n in files if n], width=int(width), layout=Layout(layout).to_json())
         (path/'chunks.json').write_text(json.dumps(meta))
         return cls(path)
 
@@ -101,7 +97,7 @@ class PackedChunks:
         for i,(a,b) in enumerate(zip(self.starts[:-1], self.starts[1:])): self.read(i, 0, int(b - a), out[a:b])
         return out.to(device) if device is not None else out
 
-    def packed_rows(self, device=None) -> tuple:
+    def packed_rows(self, device=None) -> tuple[torch.Tensor, Layout]:
         "`(rows, layout)`, all loaded, as `TabularGPU.packed_rows` gives them: so a `BatchDataLoader` serves them"
         device = torch.device(device or 'cpu')
         if getattr(self, '_loaded', (None,))[0] != device: self._loaded = (device, self.load(device))
@@ -204,7 +200,7 @@ class StreamDataLoader(BatchDataLoader):
         if kwargs.get('wgts') is not None: raise ValueError("StreamDataLoader cannot sample by weight (wgts)")
         if int(window) < 1: raise ValueError(f"window must be a positive number of pieces, got {window!r}")
         self.window, self.seed, self.shard, self.epoch = int(window), seed, shard, 0
-        self.memory_budget, self._piece_rows = _bytes(memory_budget), piece_rows
+        self.memory_budget, self._piece_rows = byte_count(memory_budget), piece_rows
         kwargs.setdefault('indexed', True)   # fastai's test for shufflable datasets: ours are, a piece at a time
         super().__init__(dataset, bs=bs, shuffle=shuffle, **kwargs)
 
@@ -224,7 +220,9 @@ class StreamDataLoader(BatchDataLoader):
     def rows(self): raise AttributeError("a StreamDataLoader holds no packed rows: they stream from its chunks")
 
     def _sharded(self) -> tuple:
-        return rank_and_world() if (self.shuffle if self.shard is None else self.shard) else (0, 1)
+        "`(rank, world_size)` this loader takes its share by: torch.distributed's if `shard` (default: if shuffling)."
+        shard = self.shuffle if self.shard is None else self.shard
+        return rank_and_world() if shard else (0, 1)
 
     def _rows_here(self) -> int:
         rank, ws = self._sharded()

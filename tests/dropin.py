@@ -2,7 +2,7 @@
 import numpy as np, pandas as pd, pytest
 import fastai.tabular.core as ftc, fastai.tabular.learner as ftl
 from fastai_gpu_tabular.backend import to_pandas
-from fastai_gpu_tabular.data import load_adult
+from fastai_gpu_tabular.datasets import load_adult
 import fastai_gpu_tabular.core as fgc
 
 # the columns of fastai's tabular notebooks (the adult sample; its `education-num` is `educational-num` here)

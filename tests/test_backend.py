@@ -5,7 +5,7 @@ from fastai_gpu_tabular import backend as B
 
 def test_import_is_lazy():
     "Importing the package (all of it) neither imports cuDF/CuPy nor initialises CUDA."
-    code = ("import sys, torch; import fastai_gpu_tabular.all, fastai_gpu_tabular.data, fastai_gpu_tabular.__main__\n"
+    code = ("import sys, torch; import fastai_gpu_tabular.all, fastai_gpu_tabular.datasets, fastai_gpu_tabular.__main__\n"
             "print(sorted(m for m in ('cudf', 'cupy', 'rmm') if m in sys.modules), torch.cuda.is_initialized())")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -34,7 +34,7 @@ def test_encode_codes_matches_pandas_categorical():
     """Codes against a vocabulary are where pandas finds each value in it (`Index.get_indexer`: -1 for missing and
     unseen values), plus `add`, in pandas' smallest code dtype, on the column's index; from object and category
     columns."""
-    from fastai_gpu_tabular.data import load_adult
+    from fastai_gpu_tabular.datasets import load_adult
     s = load_adult()['occupation'].iloc[:3000].astype(object)
     s.iloc[::50], s.iloc[3::77] = None, 'Astronaut'
     s.index = s.index * 3 + 7

@@ -5,7 +5,7 @@ import numpy as np, pandas as pd, pytest, torch
 from fastai.tabular.all import (Categorify, ColSplitter, FillMissing, Normalize, RandomSplitter, TabularPandas,
                                 range_of)
 from fastai_gpu_tabular.all import TabularGPU
-from fastai_gpu_tabular.data import load_adult, load_flights
+from fastai_gpu_tabular.datasets import load_adult, load_flights
 from fastai_gpu_tabular.loader import unpack_rows
 
 PROCS = [Categorify, FillMissing, Normalize]

@@ -10,7 +10,7 @@ from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, Lamb, Tabu
 from fastai_gpu_tabular.backend import (codes_dtype, encode_codes, mode_value, sorted_uniques, split_lists, to_backend,
                                         to_pandas)
 from fastai_gpu_tabular.bench.contenders import held_memory
-from fastai_gpu_tabular.data import load_adult, load_flights, load_movielens
+from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
 import fastai_gpu_tabular.core as fgc
 import fastai_gpu_tabular.procs as fgp
 from parity import assert_same_processing, build_both
@@ -352,9 +352,8 @@ def _adult_dls(backend, keep_frame, df):
 def _held_bytes(to) -> int:
     "Bytes `to` holds after dataloaders(): its packed rows, the frame if kept, the row index."
     rows = to.packed_rows()[0]
-    frame = 0 if to._items is None else int(to_pandas(to._items).memory_usage(index=False, deep=True).sum())
-    index = to._schema[2] if to._items is None else to._items.index
-    return rows.numel() * rows.element_size() + frame + int(to_pandas(index).memory_usage(deep=True))
+    frame = 0 if to.released is not None else int(to_pandas(to.items).memory_usage(index=False, deep=True).sum())
+    return rows.numel() * rows.element_size() + frame + int(to_pandas(to.row_index).memory_usage(deep=True))
 
 def test_dataloaders_release_the_frame(backend):
     """After dataloaders() only the packed rows and the row index stay (<= 1.2x the rows); the frame comes back: codes
@@ -362,7 +361,7 @@ def test_dataloaders_release_the_frame(backend):
     df = load_adult().iloc[:6000]
     kept, _ = _adult_dls(backend, True, df)
     to, dls = _adult_dls(backend, False, df)
-    assert to._items is None and dls.train_ds._items is None and dls.valid_ds._items is None
+    assert all(o.released is not None for o in (to, dls.train_ds, dls.valid_ds))
     packed = to.packed_rows()[0]
     assert _held_bytes(to) <= 1.2 * packed.numel() * packed.element_size() < _held_bytes(kept)
     # what the bench reports
@@ -374,7 +373,7 @@ def test_dataloaders_release_the_frame(backend):
     for a, b in ((to.train.xs, kept.train.xs), (to.valid.ys, kept.valid.ys), (to.items, kept.items)):
         pd.testing.assert_frame_equal(to_pandas(a), to_pandas(b), rtol=1e-6, atol=1e-6)   # ints compared exactly
     assert (to_pandas(to.items).age.to_numpy() == to_pandas(kept.items).age.to_numpy().astype(np.float32)).all()
-    assert to._items is not None   # what was asked for is kept, and the packed rows still serve the loaders
+    assert to.released is None   # what was asked for is kept, and the packed rows still serve the loaders
     assert torch.equal(dls.valid.one_batch()[0], kept.dataloaders(bs=256).valid.one_batch()[0])
     back = pickle.loads(pickle.dumps(dls.valid_ds))
     pd.testing.assert_frame_equal(to_pandas(back.items), to_pandas(kept.valid.items), rtol=1e-6, atol=1e-6)
@@ -386,7 +385,7 @@ def test_release_keeps_what_packing_changes(backend):
         to = TabularGPU(df, cat_names=['genres', 'userId'], cont_names=['timestamp'], y_names='rating', backend=backend,
                         splits=rows_of_split(len(df)), **kw)
         to.dataloaders(bs=256)
-        assert to._items is not None
+        assert to.released is None
 
 def test_fastai_paths_after_release(backend, tmp_path, monkeypatch):
     """show_batch, test_dl, get_preds, ClassificationInterpretation (`interp[idxs]` reads `dl.items`), show_results,
@@ -412,7 +411,7 @@ def test_fastai_paths_after_release(backend, tmp_path, monkeypatch):
         out['loaded'] = load_learner(tmp_path/f'{keep_frame}.pkl', cpu=True).predict(df.iloc[7])[2]
         return to, learn, out
     to, learn, got = run(False)
-    assert to._items is None   # none of the above needed the whole frame back (interp[idxs] rebuilt the valid rows')
+    assert to.released is not None   # none of the above needed the whole frame back (interp[idxs] rebuilt the valid rows')
     _, _, ref = run(True, learn.model)
     assert len(got['shown']) == len(ref['shown']) == 2
     for a, b in zip(got['shown'], ref['shown']): pd.testing.assert_frame_equal(a, b)

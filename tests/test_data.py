@@ -1,7 +1,7 @@
 "The Criteo-like generator: the shape, types, missing rates and determinism its docstring and the README state."
 import numpy as np, pandas as pd, pytest
 from sklearn.metrics import roc_auc_score
-from fastai_gpu_tabular.data import criteo_names, make_criteo
+from fastai_gpu_tabular.datasets import criteo_names, make_criteo
 
 N, MAX_CARD = 20_000, 100_000
 SD = 0.5 / np.sqrt(N)   # the largest binomial sd of a rate over N rows: 0.0035

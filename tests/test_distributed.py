@@ -20,7 +20,7 @@ from fastai.distributed import DistributedDL
 from fastai_gpu_tabular import core
 from fastai_gpu_tabular.all import (AUC, DistributedBatchDL, Lamb, TabularGPU, shard_layout, shard_span,
                                     tabular_learner)
-from fastai_gpu_tabular.data import load_adult
+from fastai_gpu_tabular.datasets import load_adult
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']
 CONTS = ['age', 'fnlwgt', 'educational-num', 'capital-gain', 'capital-loss', 'hours-per-week']

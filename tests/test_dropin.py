@@ -405,7 +405,7 @@ def test_custom_proc_uses_transform(df, backend):
 
 def test_datepart_and_cont_cat_split(backend):
     "Frames prepared with fastai's add_datepart and cont_cat_split: bool and date-part cats, an Elapsed cont with NaN."
-    from fastai_gpu_tabular.data import load_flights
+    from fastai_gpu_tabular.datasets import load_flights
     fl = load_flights(nrows=6000)
     d = fl[['carrier', 'origin', 'distance', 'arr_delay']].assign(
         date=pd.to_datetime(fl[['year', 'month', 'day']]).where(fl.index % 97 != 0))

@@ -3,7 +3,7 @@ import numpy as np, pandas as pd, pytest
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, TabularPandas, range_of
 from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
 from fastai_gpu_tabular.backend import to_pandas
-from fastai_gpu_tabular.data import load_adult
+from fastai_gpu_tabular.datasets import load_adult
 
 PROCS = [Categorify, FillMissing, Normalize]
 CATS = ['workclass', 'education', 'occupation', 'native-country']

@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np, pandas as pd, pytest, torch
 import fastai_gpu_tabular
 from fastai.tabular.all import FillMissing, Normalize, load_learner
-from fastai_gpu_tabular.all import Categorify, TabularGPU, tabular_learner, load_adult, load_movielens_100k
+from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths, tabular_learner, load_adult, load_movielens_100k
 from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
-from fastai_gpu_tabular.loader import BatchDataLoaders
+from fastai_gpu_tabular.data import BatchDataLoaders
 
 ort = pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -94,7 +94,7 @@ def test_onnx_matches_get_preds_on_held_out_rows(which, request):
     to = dl.dataset
     assert (to.items['item_id'] == 0).sum() > 10 and (to.items['user_id'] == 0).sum() > 10
     assert to.items['release_year_na'].iloc[:5].eq(to.classes['release_year_na'].o2i[True]).all()
-    j,w = sum(to.cat_widths()[:to.cat_names.index('genres')]),to.bag_widths['genres']
+    j,w = sum(cat_widths(to)[:to.cat_names.index('genres')]),to.bag_widths['genres']
     g = rows.genres.iloc[10]
     assert len(g.split(' ') if isinstance(g, str) else g) > w and (to.packed()[0][10, j:j+w] >= 0).all()
     if which == 'clas': np.testing.assert_allclose(out.sum(1), 1, atol=1e-5)            # probabilities
@@ -237,7 +237,7 @@ def test_load_learner_in_fresh_python(adult, case, tmp_path, monkeypatch):
         assert err.startswith("RuntimeError: No module named 'fastai_gpu_tabular'"), res.stderr[-2000:]
         assert '`pip install fastai_gpu_tabular`' in err
     elif case == 'broken':
-        assert err == ("pydoc.ErrorDuringImport: problem in fastai_gpu_tabular.loader - ModuleNotFoundError: No module "
+        assert err == ("pydoc.ErrorDuringImport: problem in fastai_gpu_tabular.data - ModuleNotFoundError: No module "
                        "named 'fastai_gpu_tabular.backend'"), res.stderr[-2000:]
     else:
         assert res.returncode == 0, res.stderr[-2000:]

@@ -3,7 +3,7 @@ import numpy as np, pytest, torch
 from scipy.stats import chisquare
 from fastai.tabular.all import Categorify, FillMissing, TabDataLoader, TabularPandas, default_device
 from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
-from fastai_gpu_tabular.data import load_adult
+from fastai_gpu_tabular.datasets import load_adult
 from parity import assert_same_batches
 
 N = 3000

@@ -13,7 +13,7 @@ from fastai.tabular.all import (BCEWithLogitsLossFlat, CrossEntropyLossFlat, Fil
                                 Normalize, RandomSplitter, RocAucBinary, noop, range_of, set_seed)
 from fastai_gpu_tabular.all import (AUC, HitRate, LogLoss, MRR, NDCG, Categorify, TabularGPU, binary_log_loss,
                                     group_position, rank_metrics, roc_auc, tabular_learner)
-from fastai_gpu_tabular.data import load_movielens_100k
+from fastai_gpu_tabular.datasets import load_movielens_100k
 from host_sync import HostConversions
 
 HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -213,7 +213,7 @@ def test_rank_ties_are_random_order_expectations():
 def test_group_position_and_errors():
     class To:
         cat_names = ['genres', 'user', 'item']
-        def cat_widths(self): return [6, 1, 1]   # a multi-hot block of 6 slots first
+        bag_widths = {'genres': 6}   # a multi-hot block of 6 slots first
     assert group_position(To(), 'user') == 6 and group_position(To(), 'item') == 7
     with pytest.raises(ValueError, match="'genres' is multi-hot"): group_position(To(), 'genres')
     with pytest.raises(ValueError, match=r"'usr' is not one of the cat columns \['genres', 'user', 'item'\]"):

@@ -1,9 +1,9 @@
 "Multi-hot columns and frequency-capped vocabularies, on MovieLens."
 import numpy as np, pytest, torch
 from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
-from fastai_gpu_tabular.all import Categorify, TabularGPU
+from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths
 from fastai_gpu_tabular.backend import to_backend, to_pandas
-from fastai_gpu_tabular.data import load_movielens, load_movielens_100k
+from fastai_gpu_tabular.datasets import load_movielens, load_movielens_100k
 import fastai_gpu_tabular.core as fgc
 
 @pytest.fixture(scope='module')
@@ -24,7 +24,7 @@ def test_vocab_over_elements_and_packed_block(ml):
     elems = sorted({g for s in train.genres for g in s.split('|')})
     assert list(to.classes['genres'].items) == ['#na#'] + elems
     width = ml.genres.str.count(r'\|').max() + 1
-    assert to.bag_widths == {'genres': width} and to.cat_widths() == [1, 1, width, 1]   # + year_na
+    assert to.bag_widths == {'genres': width} and cat_widths(to) == [1, 1, width, 1]   # + year_na
     cats = to.packed()[0]
     assert cats.shape == (len(ml), 3 + width)
     # row by row, the slots hold the genres' codes then -1 padding
@@ -136,8 +136,8 @@ def test_ml100k_list_genres():
 def test_bag_width_caps_long_tails(ml):
     "Padding follows the longest list, unless a long tail makes that wasteful: then the 99th percentile, with a warning."
     from fastai_gpu_tabular.procs import bag_width
-    assert bag_width(np.array([1, 2, 2, 3, 6] * 100), 'g') == 6
-    tail = np.array([1, 2, 3] * 400 + [100])
+    assert bag_width(np.bincount([1, 2, 2, 3, 6] * 100), 'g') == 6
+    tail = np.bincount([1, 2, 3] * 400 + [100])   # rows by list length
     with pytest.warns(UserWarning, match=r"'tags': padding to 3 slots, so 1 of 1201 rows .* up to 100 long"):
         assert bag_width(tail, 'tags') == 3
     assert bag_width(tail, 'tags', max_bag=200) == 100

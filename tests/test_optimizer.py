@@ -271,7 +271,7 @@ def test_learner_fit_one_cycle_matches_fastai(dls, tmp_path):
         np.random.seed(0)   # the same batches: fastai's TabularPandas samples them with numpy (TabWeightedDL)
         learn.fit_one_cycle(2, 1e-2, wd=0.1)
         res[name] = learn,rec,p0
-    (ref, r_ref, p0_ref), (ours, r, p0) = res['fastai'], res['ours']
+    (_, r_ref, p0_ref), (ours, r, p0) = res['fastai'], res['ours']
     assert isinstance(ours.opt, LambOptimizer) and all(torch.equal(a, b) for a,b in zip(p0, p0_ref, strict=True))
     assert len(r.hypers) == 2*len(dls.train) and r.hypers == r_ref.hypers
     assert len({h[0]['lr'] for h in r.hypers}) > 5 and len({h[0]['mom'] for h in r.hypers}) > 5

@@ -3,7 +3,7 @@
 import pandas as pd, pytest
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, range_of, set_seed
 from fastai_gpu_tabular.all import tabular_learner
-from fastai_gpu_tabular.data import load_flights
+from fastai_gpu_tabular.datasets import load_flights
 from parity import FASTAI_LOADER_WORKS, assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 
 def test_trains_where_fastai_tabular_pandas_cannot(backend):

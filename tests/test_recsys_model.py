@@ -3,9 +3,9 @@ import warnings
 import numpy as np, pytest, torch
 from fastai.tabular.all import (CancelFitException, Callback, FillMissing, MixedPrecision, Normalize, RandomSplitter,
                                 ShortEpochCallback, TabularModel, load_learner, range_of, set_seed)
-from fastai_gpu_tabular.all import (Categorify, Lamb, TabularGPU, TabularModelGPU, sparse_adam_step, sparse_columns,
-                                    tabular_learner)
-from fastai_gpu_tabular.data import load_movielens
+from fastai_gpu_tabular.all import (Categorify, Lamb, TabularGPU, TabularModelGPU, cat_widths, sparse_adam_step,
+                                    sparse_columns, tabular_learner)
+from fastai_gpu_tabular.datasets import load_movielens
 
 @pytest.fixture(scope='module')
 def dls():
@@ -271,7 +271,7 @@ def test_bag_is_mean_or_sum_of_its_rows(dls, mode):
     fused = tabular_learner(dls, layers=[8], bag_mode=mode, fused=True)
     learn.model.load_state_dict(fused.model.unfused_state_dict())
     i = list(dls.cat_names).index('genres')
-    j, k = sum(dls.train_ds.cat_widths()[:i]), dls.train_ds.bag_widths['genres']
+    j, k = sum(cat_widths(dls.train_ds)[:i]), dls.train_ds.bag_widths['genres']
     x_cat = dls.valid.one_batch()[0][:200].cpu()
     x_cat[0, j:j + k] = -1                                         # an empty bag
     block, w = x_cat[:, j:j + k], learn.model.embeds[i].weight.detach()

@@ -4,7 +4,7 @@ from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitte
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import cudf_available, to_pandas
 import fastai_gpu_tabular.__main__ as demo
-from fastai_gpu_tabular.data import load_adult
+from fastai_gpu_tabular.datasets import load_adult
 import fastai_gpu_tabular.core as fgc
 
 @pytest.fixture

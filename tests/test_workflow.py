@@ -6,7 +6,7 @@ from fastai.tabular.all import (Categorify, ClassificationInterpretation, FillMi
                                 rmse, set_seed, tabular_learner)
 from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, TabularGPU
 from fastai_gpu_tabular.backend import to_backend
-from fastai_gpu_tabular.data import load_flights
+from fastai_gpu_tabular.datasets import load_flights
 import fastai_gpu_tabular.core as fgc
 from parity import assert_same_batches, assert_same_processing
 

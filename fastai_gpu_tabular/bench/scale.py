@@ -49,7 +49,7 @@ def etl_worker(name, data, out, opts):
     from fastai.tabular.core import Categorify, FillMissing, Normalize, TabularPandas
     from fastai.data.transforms import ColSplitter
     from ..core import TabularGPU
-    from ..data import criteo_names
+    from ..datasets import criteo_names
     if opts.get('threads'): torch.set_num_threads(opts['threads'])
     cats, conts, y = criteo_names()
     kw = lambda: dict(procs=[Categorify, FillMissing, Normalize], cat_names=list(cats), cont_names=list(conts),
@@ -219,7 +219,7 @@ def scale_suite(opts) -> dict:
     and the stream's shuffle quality on a label-sorted copy of the training rows: how far rows move, how mixed batches
     are, and the validation AUC after one epoch, with the window shuffle, a full permutation and none."""
     import torch
-    from ..data import criteo_parts
+    from ..datasets import criteo_parts
     from ..stream import PackedChunks
     device = torch.device(opts.device)
     sizes = [opts.rows] if opts.rows else sorted(opts.scale_rows)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import numpy as np, pandas as pd
 
-from .backend import is_cudf, to_host
+from ..backend import is_cudf, to_host
 
-__all__ = ['pairwise_sum', 'SumPlan', 'exact_moments', 'exact_median', 'exact_mode', 'quantile_from_counts']
+__all__ = ['pairwise_sum', 'SumPlan', 'exact_moments', 'exact_median', 'exact_mode']
+# also public, not star-exported (generic names): `compute`, `delayed`, `mean_dtype`
 
 def compute(*tasks):
     "Compute Dask collections or delayed objects together on the active scheduler (a distributed Client if any)."
     import dask
     return dask.compute(*tasks)
 
-def _delayed(f):
+def delayed(f):
+    "`f` as a Dask delayed function: pure (equal arguments, one task), its arguments passed as they are."
     import dask
     return dask.delayed(f, pure=True, traverse=False)
 
@@ -171,7 +173,7 @@ def _moments2(part, cols, start, n, avgs):
         res[c] = _plan_pieces(sq, SumPlan(n, cast=False), start, np.dtype('f8'))
     return res
 
-def _result_type(dtypes):
+def mean_dtype(dtypes):
     "The dtype of pandas' `DataFrame.mean()`/`std()` over columns of `dtypes`: float32 only if all are float32."
     return np.result_type(np.float32, *[np.float64 if np.dtype(d).kind in 'iub' else d for d in dtypes])
 
@@ -179,9 +181,9 @@ def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0) -> tuple:
     """`(means, stds)`: dicts as pandas' `df[cols].mean()` and `df[cols].std(ddof)` of the rows of the delayed
     partitions `parts` put end to end: numpy's summation order, pandas' dtypes. Three passes: the partitions' lengths
     (Dask may cut other expressions of the same frame into other partitions), the sums behind the means, the squares."""
-    lens = compute(*[_delayed(len)(p) for p in parts])
+    lens = compute(*[delayed(len)(p) for p in parts])
     n, starts = int(sum(lens)), np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
-    p1 = compute(*[_delayed(_moments1)(p, cols, int(s), n) for p,s in zip(parts, starts)])
+    p1 = compute(*[delayed(_moments1)(p, cols, int(s), n) for p,s in zip(parts, starts)])
     means, avgs, counts = {}, {}, {}
     for c in cols:
         dt = np.dtype(dtypes[c])
@@ -192,7 +194,7 @@ def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0) -> tuple:
         with np.errstate(all='ignore'): means[c] = s / ct if cnt else np.nan
         s2 = SumPlan(n, cast=f).total(*_merge(r[c][2] for r in p1), np.dtype('f8'))
         with np.errstate(all='ignore'): avgs[c] = s2 / ct   # nanvar: float64 sum over a count in the float dtype
-    p2 = compute(*[_delayed(_moments2)(p, cols, int(s), n, avgs) for p,s in zip(parts, starts)])
+    p2 = compute(*[delayed(_moments2)(p, cols, int(s), n, avgs) for p,s in zip(parts, starts)])
     stds = {}
     for c in cols:
         dt = np.dtype(dtypes[c])
@@ -200,7 +202,7 @@ def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0) -> tuple:
         ssq = SumPlan(n, cast=False).total(*_merge(r[c] for r in p2), np.dtype('f8'))
         with np.errstate(all='ignore'): var = ssq / (ct - ct.dtype.type(ddof)) if counts[c] > ddof else np.nan
         stds[c] = np.sqrt(np.float64(var).astype(dt) if dt.kind == 'f' else np.float64(var))
-    t = _result_type([dtypes[c] for c in cols])
+    t = mean_dtype([dtypes[c] for c in cols])
     return {c: t.type(v) for c,v in means.items()}, {c: t.type(v) for c,v in stds.items()}
 
 # --- the median, exactly: bracket with a sample, then select --------------------------------------------------------
@@ -228,7 +230,7 @@ def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096) -> dict:
     """{col: pandas' median (`Series.median()`) of the non-NaN values in the delayed partitions `parts`}, None for
     an all-NaN column. Two passes: a sample brackets the middle ranks, then the values inside the bracket are counted
     and gathered and the middle ones selected; a bracket that missed is widened to the side and tried again."""
-    p1 = compute(*[_delayed(_sample)(p, cols, sample, i) for i,p in enumerate(parts)])
+    p1 = compute(*[delayed(_sample)(p, cols, sample, i) for i,p in enumerate(parts)])
     res, todo = {}, {}
     for c in cols:
         n = sum(r[c][0] for r in p1)
@@ -244,7 +246,7 @@ def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096) -> dict:
         hi = vals[min(np.searchsorted(cw, ks[-1] + margin), len(vals) - 1)]
         todo[c] = (n, ks, lo, hi)
     while todo:
-        p2 = compute(*[_delayed(_bracket)(p, list(todo), {c: t[2:] for c,t in todo.items()}) for p in parts])
+        p2 = compute(*[delayed(_bracket)(p, list(todo), {c: t[2:] for c,t in todo.items()}) for p in parts])
         for c,(n,ks,lo,hi) in list(todo.items()):
             below, above = sum(r[c][0] for r in p2), sum(r[c][1] for r in p2)
             if below > ks[0]: todo[c] = (n, ks, -np.inf, lo); continue   # the middle lies below the bracket
@@ -255,7 +257,7 @@ def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096) -> dict:
             del todo[c]
     return res
 
-# --- the mode, and a quantile from counts -----------------------------------------------------------------------------
+# --- the mode --------------------------------------------------------------------------------------------------------
 def _value_counts(part, cols):
     "Per column, value counts in order of first appearance (pandas' hash-table order)."
     return {c: to_host(part[c].dropna().value_counts(sort=False)) for c in cols}
@@ -263,7 +265,7 @@ def _value_counts(part, cols):
 def exact_mode(parts:list, cols:list) -> dict:
     """{col: `col.dropna().value_counts().idxmax()`} over the delayed partitions `parts`, ties broken as pandas does:
     counts summed in order of first appearance, then pandas' own sort. None for an all-NaN column."""
-    vcs = compute(*[_delayed(_value_counts)(p, cols) for p in parts])
+    vcs = compute(*[delayed(_value_counts)(p, cols) for p in parts])
     res = {}
     for c in cols:
         vc = pd.concat([v[c] for v in vcs])
@@ -271,12 +273,3 @@ def exact_mode(parts:list, cols:list) -> dict:
         vc = vc.groupby(level=0, sort=False).sum()
         res[c] = vc.sort_values(ascending=False).idxmax()
     return res
-
-def quantile_from_counts(values, counts, q:float) -> float:
-    "`np.quantile(a, q)` of the array `a` that holds each of the sorted `values` `counts` times, without building it."
-    values, cum = np.asarray(values), np.cumsum(counts)
-    v = (cum[-1] - 1) * np.asarray(q, dtype='f8')   # numpy's virtual index for the 'linear' method
-    i = int(np.floor(v))
-    at = lambda k: values[np.searchsorted(cum, k, side='right')]   # the k-th value in sorted order
-    a, b = at(i), at(min(i + 1, cum[-1] - 1))
-    return float(np.quantile(np.array([a, b]), v - i))   # numpy's own interpolation between the two

@@ -1,18 +1,20 @@
 """fastai's `Categorify`, `FillMissing`, `Normalize` and `Categorize` on a Dask-backed Tabular: `setups` learn over the
-partitions exactly the state they learn from the same rows in memory (dask_stats.py); `encodes` run the in-memory
+partitions exactly the state they learn from the same rows in memory (dask/stats.py); `encodes` run the in-memory
 ones (procs.py) on each partition, lazily, so the codes, fills and normalised values are the in-memory ones."""
 from __future__ import annotations
 
-import warnings, weakref
+import weakref
 import numpy as np, pandas as pd
 from fastai.data.block import TransformBlock
 from fastai.data.transforms import Categorize, CategoryMap, Normalize
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
 
-from .backend import encode_codes, explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
-from .dask_stats import _delayed, _result_type, compute, exact_median, exact_mode, exact_moments, quantile_from_counts
-from .procs import Categorify, _register, category_map, keep_frequent
+from ..backend import encode_codes, explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
+from ..checks import check_fill_value, check_labels, check_unfilled_nan
+from ..core import TabularGPU
+from ..procs import Categorify, bag_width, category_map, keep_frequent, register_proc
+from .stats import compute, delayed, exact_median, exact_mode, exact_moments, mean_dtype
 
 __all__ = ['register_dask_procs']
 
@@ -26,7 +28,6 @@ def _vocab_index(proc, n) -> pd.Index:
 
 def _apply(part, proc, names:dict):
     "`proc`'s in-memory encodes on one partition's columns, as on a `TabularGPU` of them."
-    from .core import TabularGPU
     if isinstance(proc, fatc.Categorify) and not is_cudf(part):
         # procs.py's Categorify encodes, with the vocabulary's Index kept (a list would be hashed again each partition)
         return pd.DataFrame({n: encode_codes(part[n], _vocab_index(proc, n), add=1) for n in names['cat_names']},
@@ -35,7 +36,7 @@ def _apply(part, proc, names:dict):
     proc(t)
     return t.items
 
-def _columns(proc, to) -> dict:
+def _names_read(proc, to) -> dict:
     "The names a proc's encodes read: only those columns go through it, so a later pass over others skips it."
     have = set(to.items.columns)
     names = dict(cat_names=[], cont_names=[], y_names=[], multi_hot={})
@@ -50,7 +51,7 @@ def _encodes(self, to):
     """Encode lazily: the columns this proc reads go through its in-memory encodes a partition at a time (the proc is
     one node of the graph, not one per task), and replace theirs in `items`."""
     import dask
-    names = _columns(self, to)
+    names = _names_read(self, to)
     cols = names['cat_names'] + names['cont_names'] + names['y_names']
     if not cols: return to
     meta = _apply(to.items[cols]._meta, self, names)   # the output's columns and dtypes, from an empty partition
@@ -66,21 +67,6 @@ def _lens_hist(part, n):
     "How many rows of the partition have lists of each length (a missing list counts 1, as `explode_lists` says)."
     return np.bincount(to_host(explode_lists(part[n])[1]))
 
-def _bag_width(hist, name, max_bag=None) -> int:
-    "`procs.bag_width` from a histogram of list lengths: the same slots and the same warning, without the lengths."
-    lens = np.flatnonzero(hist)
-    longest = max(int(lens[-1]), 1)
-    if max_bag is None:
-        p99 = max(int(np.ceil(quantile_from_counts(lens, hist[lens], 0.99))), 1)
-        if longest <= 4 * p99: return longest
-        max_bag = p99
-    if max_bag < longest:
-        cut = int(hist[max_bag + 1:].sum())
-        warnings.warn(f"multi-hot column {name!r}: padding to {max_bag} slots, so {cut} of {int(hist.sum())} rows "
-                      f"(lists up to {longest} long) lose their elements past {max_bag}; pass Categorify(max_bag=...) "
-                      "to change")
-    return min(max_bag, longest)
-
 def _known_categories(col) -> list|None:
     "A categorical column's categories when Dask knows them (fastai takes a category column's vocab from them)."
     return list(to_host(col._meta.cat.categories)) if getattr(col.dtype, 'name', '') == 'category' else None
@@ -92,13 +78,13 @@ def _categorify_setups(self, to):
     for n in to.cat_names:
         col = to.cols([n])[n]
         if n in to.multi_hot: col = col.explode()   # a list column: its elements
-        fixed[n] = to._vocab_all.get(n) or _known_categories(col)
+        fixed[n] = to.scan.vocab.get(n) or _known_categories(col)
         if mf or mv: lazy[n] = col.dropna().value_counts()
         elif fixed[n] is None: lazy[n] = col.dropna().unique(split_out=1)
     got = compute(lazy)[0]
     # list lengths of all rows (the bag width), a histogram per partition (a separate pass: Dask computes its
     # collections and delayed tasks apart)
-    hists = compute({n: [_delayed(_lens_hist)(p, n) for p in to.full_items[[n]].to_delayed()]
+    hists = compute({n: [delayed(_lens_hist)(p, n) for p in to.full_items[[n]].to_delayed()]
                      for n in to.cat_names if n in to.multi_hot})[0]
     for n in to.cat_names:
         if n in got: got[n] = to_pandas(got[n])
@@ -109,27 +95,22 @@ def _categorify_setups(self, to):
             h = hists[n]
             hist = np.zeros(max(len(x) for x in h), np.int64)
             for x in h: hist[:len(x)] += x
-            self.multi_hot_lens[n] = _bag_width(hist, n, mb.get(n) if isinstance(mb, dict) else mb)
+            self.multi_hot_lens[n] = bag_width(hist, n, mb.get(n) if isinstance(mb, dict) else mb)
 
 # --- FillMissing --------------------------------------------------------------------------------------------------
 def _fillmissing_setups(self, to):
     strategy = getattr(FillStrategy, self.fill_strategy) if isinstance(self.fill_strategy, str) else self.fill_strategy
     conts = list(to.cont_names)
-    nan_train, nan_all = to._nan_flags   # counted by `_before_procs`, in its pass over the continuous columns
-    missing = [n for n in conts if nan_train[n]]
-    late = [n for n in conts if nan_all[n] and not nan_train[n]]
-    if late: raise ValueError(f"continuous column(s) {late} contain NaN, but had none in the training rows, so "
-                              "FillMissing learned no fill value for them: fill them before TabularGPU, or split so "
-                              "that training rows have NaN too")
+    scan = to.scan   # NaN counted by `_before_procs`, in its pass over the continuous columns
+    missing = [n for n in conts if scan.nan_train[n]]
+    check_unfilled_nan([n for n in conts if scan.nan_all[n] and not scan.nan_train[n]], has_fill=True)
     parts = to.cols(missing).to_delayed() if missing else []
     if strategy is FillStrategy.median: vals = exact_median(parts, missing, {n: to.items[n].dtype for n in missing})
     elif strategy is FillStrategy.mode: vals = exact_mode(parts, missing)
     elif strategy is FillStrategy.constant: vals = {n: self.fill_vals[n] for n in missing}
     else: raise TypeError(f"FillMissing(fill_strategy={strategy!r}) has no Dask implementation: use median, mode or "
                           "constant")
-    for n,v in vals.items():
-        if v is None: raise ValueError(f"continuous column {n!r} is entirely NaN in the training rows: FillMissing "
-                                       "cannot compute a fill value. Drop the column or pass `fill_vals`")
+    for n,v in vals.items(): check_fill_value(n, v)
     self.na_dict, self.fill_strategy = vals, strategy.__name__
 
 # --- Normalize ----------------------------------------------------------------------------------------------------
@@ -138,7 +119,7 @@ def _normalize_setups(self, to):
     dtypes = {c: trn.items[c].dtype for c in conts}
     means, stds = exact_moments(trn.cols(conts).to_delayed(), conts, dtypes) if conts else ({}, {})
     # pandas adds 1e-7 to the std Series, in its common dtype
-    plus = np.array([stds[c] for c in conts], dtype=_result_type(list(dtypes.values()))) + 1e-7
+    plus = np.array([stds[c] for c in conts], dtype=mean_dtype(list(dtypes.values()))) + 1e-7
     self.means, self.stds = means, dict(zip(conts, plus))
     return self(to)
 
@@ -154,15 +135,13 @@ def _categorize_setups(self, to):
             self.vocab = category_map(vals, add_na=False)
         else: self.vocab = CategoryMap(self.vocab, sort=False, add_na=self.add_na)
         self.c = len(self.vocab)
-        unseen = [v for v in every.dropna() if v not in self.vocab.o2i]
-        if unseen: raise ValueError(f"target column {n!r} has labels not seen in the training rows, e.g. {unseen[:5]}; "
-                                    f"the training labels are {list(self.vocab.items)[:10]}")
+        check_labels(n, [v for v in every.dropna() if v not in self.vocab.o2i], self.vocab.items)
     return self(to)
 
-def register_dask_procs(cls):
+def register_dask_procs(cls:type) -> None:
     "Make fastai's procs learn over the partitions of `cls` frames (Dask), and encode them a partition at a time."
     for proc, setups in ((fatc.Categorify, _categorify_setups), (Categorify, _categorify_setups),
                          (FillMissing, _fillmissing_setups), (Normalize, _normalize_setups),
                          (Categorize, _categorize_setups)):
-        _register(proc, 'setups', setups, cls)
-        _register(proc, 'encodes', _encodes, cls)
+        register_proc(proc, 'setups', setups, cls)
+        register_proc(proc, 'encodes', _encodes, cls)

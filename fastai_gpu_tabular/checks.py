@@ -1,0 +1,163 @@
+"""The input checks `TabularGPU` (in memory) and `TabularDask` (over partitions) share, each error written once: names,
+columns, rows, +-inf, NaN nothing fills, targets, fastai's y_block rule, multi-hot declarations, NaN as null on cuDF.
+Each takes what its caller has already counted (in one pass over the frame, or one Dask computation) and raises,
+naming the columns, when the input is bad."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+import numpy as np, pandas as pd
+from fastcore.foundation import L
+from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
+from fastai.tabular.core import FillMissing, Tabular
+
+from .backend import Column, Frame, holds_strings, is_cudf, is_list_dtype, is_numeric_dtype, is_str_dtype, split_lists
+
+__all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
+           'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
+           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns']
+
+def check_rows(n:int) -> None:
+    "Set-up needs rows: a ValueError for an empty frame (`n` rows)."
+    if n == 0: raise ValueError("TabularGPU got an empty frame: there are no rows to set up on")
+
+def check_names(cat_names:list, cont_names:list, y_names:list) -> None:
+    "Each column named once."
+    for kind,names in (('cat', cat_names), ('cont', cont_names), ('y', y_names)):
+        if len(set(names)) != len(names): raise ValueError(f"{kind}_names lists a column twice: {list(names)}")
+    xs = set(cat_names) | set(cont_names)
+    both = (set(cat_names) & set(cont_names)) | (set(y_names) & xs)
+    if both: raise ValueError(f"column(s) {sorted(both)} are named in more than one of cat_names/cont_names/y_names")
+
+def _fill_missing(procs) -> FillMissing|None:
+    "The `FillMissing` among `procs` (classes, instances or a Pipeline) that adds `_na` columns, or None."
+    for p in getattr(procs, 'fs', L(procs)):
+        if isinstance(p, type) and issubclass(p, FillMissing): p = p()   # a class: its defaults say
+        if isinstance(p, FillMissing) and p.add_col: return p
+
+def check_columns(columns:Iterable, cat_names:list, cont_names:list, y_names:list, procs:list|None,
+                  setup:bool=True) -> None:
+    """A KeyError unless the frame's `columns` hold the named ones (the targets only at set-up: a frame given to `new`
+    may lack them, as in fastai). `<cont>_na` in cat_names (an earlier TabularPandas appended it to the list) may be
+    missing when FillMissing makes it, which runs before Categorify: `check_na_names` checks it will, once the training
+    rows are known."""
+    columns = list(columns)
+    made = {f'{n}_na' for n in cont_names} if _fill_missing(procs) is not None else set()
+    need = [n for n in cat_names if n not in made] + list(cont_names) + (list(y_names) if setup else [])
+    have = set(columns)
+    missing = [n for n in need if n not in have]
+    if not missing: return
+    na = [n for n in missing if n.endswith('_na') and n[:-3] in cont_names]
+    hint = f"; {na} would be made by FillMissing (with add_col=True), which procs lacks" if na else ""
+    raise KeyError(f"column(s) {missing} are not in the frame (it has {columns[:20]})" + hint)
+
+def check_na_names(cat_names:list, columns:Iterable, procs:list|None, setup:bool,
+                   train_nan:Callable[[str], bool]) -> None:
+    """`<cont>_na` names in `cat_names` that are not `columns` yet: FillMissing must be about to make them. At set-up
+    `train_nan(col)` says whether the training rows of `col` hold NaN; later, FillMissing's `na_dict` says."""
+    have = set(columns)
+    fm = _fill_missing(procs)
+    learned = getattr(fm, 'na_dict', None)   # None before set-up
+    for n in [n for n in cat_names if n not in have]:
+        c = n[:-3]   # `check_columns` let only `<cont>_na` names through, and only with such a FillMissing
+        made = train_nan(c) if setup else (learned is None or c in learned)
+        if not made:
+            raise KeyError(f"cat_names has {n!r}, the column FillMissing adds for NaN in {c!r}, but {c!r} has no "
+                           f"NaN in the training rows, so FillMissing makes no {n!r}: remove it from cat_names")
+
+def count_inf(col:Column) -> int:
+    "Rows of `col` holding +-inf: one vectorized pass (only float columns can hold inf)."
+    if getattr(col.dtype, 'kind', None) != 'f': return 0
+    if not is_cudf(col) and isinstance(col.dtype, np.dtype): return int(np.isinf(col.to_numpy()).sum())
+    return int((col.abs() == np.inf).sum())   # cuDF, and pandas' nullable floats
+
+def check_inf(counts:dict) -> None:
+    "A ValueError naming the continuous columns that hold +-inf (`counts`: {name: rows}), which Normalize turns to NaN."
+    inf = ", ".join(f"{n!r} in {k} row(s)" for n,k in counts.items() if k)
+    if inf: raise ValueError(f"continuous column(s) hold +-inf: {inf}. Replace them with NaN, e.g. "
+                             "df[col].replace([np.inf, -np.inf], np.nan), for FillMissing to fill them (and flag "
+                             "them in `<col>_na`), or clip them to finite values")
+
+def check_unfilled_nan(bad:list, has_fill:bool) -> None:
+    """A ValueError naming the continuous columns `bad`, which hold NaN that nothing fills: `procs` has no FillMissing
+    (`has_fill` False), or it learned no fill value for them (they had no NaN in the training rows)."""
+    if not bad: return
+    if not has_fill:
+        raise ValueError(f"continuous column(s) {bad} contain NaN and `procs` has no FillMissing: add FillMissing, "
+                         "or fill them before TabularGPU")
+    raise ValueError(f"continuous column(s) {bad} contain NaN, but had none in the training rows, so FillMissing "
+                     "learned no fill value for them: fill them first (before TabularGPU or test_dl), or have NaN in "
+                     "the training rows too")
+
+def fill_nan_check(to:Tabular, na_dict:dict|None) -> None:
+    "Raise, naming the columns, if a continuous column of `to` has NaN that nothing fills (`na_dict`: FillMissing's)."
+    known = set(na_dict or ())
+    check_unfilled_nan([n for n in to.cont_names if n not in known and to.items[n].isna().any()], na_dict is not None)
+
+def check_fill_value(name:str, v:Any) -> None:
+    "A ValueError if FillMissing computed no fill value `v` for continuous column `name`: it is all NaN in training."
+    missing = v is None or (pd.api.types.is_scalar(v) and pd.isna(v))
+    if missing: raise ValueError(f"continuous column {name!r} is entirely NaN in the training rows: FillMissing cannot "
+                                 "compute a fill value. Drop the column or pass `fill_vals`")
+
+def check_targets(nan:dict) -> None:
+    "A ValueError naming the first target column holding NaN/null (`nan`: {name: whether it does})."
+    bad = [n for n,v in nan.items() if v]
+    if bad: raise ValueError(f"target column {bad[0]!r} contains NaN/null: drop or fill those rows (or drop the "
+                             "column for unlabelled data)")
+
+def check_labels(name:str, unseen:list, vocab:list) -> None:
+    "A ValueError if target column `name` has labels `unseen` in its training rows' `vocab`."
+    if len(unseen): raise ValueError(f"target column {name!r} has labels not seen in the training rows, e.g. "
+                                     f"{list(unseen)[:5]}; the training labels are {list(vocab)[:10]}")
+
+def _is_number(dtype) -> bool: return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+
+def default_y_block(dtypes:list) -> TransformBlock:
+    "fastai's rule for the target block: a regression when every target is a number (bools are not), else classes."
+    return RegressionBlock() if all(_is_number(dt) for dt in dtypes) else CategoryBlock()
+
+def add_y_procs(procs:list|None, y_block:TransformBlock|Callable|None, do_setup:bool) -> list|None:
+    "`procs` plus the target block's type tfms (Categorize, RegressionSetup...), which join them at set-up only."
+    if y_block is None or not do_setup: return procs
+    if callable(y_block): y_block = y_block()
+    return L(procs) + y_block.type_tfms
+
+def multi_hot_columns(items:Frame, cat_names:list, multi_hot:dict|list|None) -> dict:
+    "{name: separator or None} of the multi-hot cat columns of `items`: those declared, and those holding lists."
+    listed = isinstance(multi_hot, (list, tuple, L))
+    mh = dict.fromkeys(multi_hot) if listed else dict(multi_hot or {})
+    bad = [n for n in mh if n not in cat_names]
+    if bad: raise ValueError(f"multi_hot names {bad}, which are not in cat_names {list(cat_names)}")
+    for n in cat_names:
+        if n in items.columns and n not in mh and is_list_dtype(items[n]): mh[n] = None
+    return mh
+
+def nan_as_null(df:Frame) -> dict:
+    """cuDF keeps NaN apart from null, which fastai's procs treat alike: {name: the column with NaN as null} of `df`'s
+    float columns on cuDF, {} on pandas."""
+    if not is_cudf(df): return {}
+    return {c: df[c].nans_to_nulls() for c in df.columns if df[c].dtype.kind == 'f'}
+
+def prepare_columns(items:Frame, cont_names:list, y_names:list, multi_hot:dict) -> Frame:
+    """The in-memory frame `items` (a copy, or the caller's with `inplace`) made ready for the procs, in place: conts
+    coerced to numbers (predict's `row.to_frame().T` is all object), multi-hot strings split into lists, NaN as null on
+    cuDF; a TypeError or ValueError, naming the column, for what cannot be."""
+    for n,sep in multi_hot.items():
+        if n in items.columns and holds_strings(items[n]):
+            if sep is None: raise TypeError(f"multi-hot column {n!r} holds strings: give its separator, e.g. "
+                                            f"multi_hot={{{n!r}: '|'}}")
+            items[n] = split_lists(items[n], sep)
+    for n in cont_names:
+        if n not in items.columns: continue
+        dt = items[n].dtype
+        if is_numeric_dtype(dt) and not is_str_dtype(dt): continue
+        if is_cudf(items) or type(dt).__name__ == 'CategoricalDtype':
+            raise TypeError(f"continuous column {n!r} has dtype {dt}, not a number: put it in cat_names or convert it")
+        try: v = pd.to_numeric(items[n])
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"continuous column {n!r} is not numeric ({e}): put it in cat_names or convert it") from None
+        items[n] = v
+    for c,v in nan_as_null(items).items(): items[c] = v
+    check_targets({n: bool(items[n].isna().any()) for n in y_names if n in items.columns})
+    return items

@@ -1,0 +1,8 @@
+"""Dask frames (pandas or cuDF partitions): `TabularGPU(ddf, ...)` gives a `TabularDask` (tabular.py), whose procs learn
+fastai's state over the partitions (procs.py) with pandas' statistics bit for bit (stats.py), and whose processed rows
+are packed a partition at a time into chunks on disk. Importing it does not import Dask."""
+from . import stats, tabular
+from .stats import *
+from .tabular import *
+
+__all__ = [*tabular.__all__, *stats.__all__]

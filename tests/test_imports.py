@@ -1,0 +1,55 @@
+"""The package's import graph, read from the source: no module imports another's private names, module-level imports
+form no cycle, and the only imports inside functions that reach back into the package are core's two commented ones."""
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).parent.parent/'fastai_gpu_tabular'
+
+def _modules() -> dict:
+    "{dotted name: path} of every module of the package (a package by its `__init__.py`)."
+    res = {}
+    for p in PKG.rglob('*.py'):
+        parts = p.relative_to(PKG.parent).with_suffix('').parts
+        res['.'.join(parts[:-1] if parts[-1] == '__init__' else parts)] = p
+    return res
+
+MODULES = _modules()
+
+def _imports(name:str):
+    "`(module imported, names, at module level)` of each relative import in module `name`."
+    path = MODULES[name]
+    here = name.split('.') if path.name == '__init__.py' else name.split('.')[:-1]
+    tree = ast.parse(path.read_text())
+    top = {id(n) for n in tree.body}
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.ImportFrom) and n.level): continue
+        base = '.'.join(here[:len(here) - n.level + 1] + ([n.module] if n.module else []))
+        for a in n.names:
+            sub = f'{base}.{a.name}'
+            yield (sub, [], id(n) in top) if sub in MODULES else (base, [a.name], id(n) in top)
+
+def _library(): return [m for m in MODULES if '.bench' not in m]   # bench/ moves to the public API next (issue 23)
+
+def test_no_private_name_crosses_a_module():
+    bad = [(m, d, n) for m in _library() for d,names,_ in _imports(m) for n in names if n.startswith('_')]
+    assert bad == []
+
+def test_module_level_imports_form_no_cycle():
+    graph = {m: {d for d,_,top in _imports(m) if top and d in MODULES} for m in MODULES}
+    state, path = {}, []
+    def visit(u):
+        state[u] = 'open'
+        path.append(u)
+        for v in sorted(graph[u]):
+            assert state.get(v) != 'open', f"import cycle: {' -> '.join(path[path.index(v):] + [v])}"
+            if v not in state: visit(v)
+        path.pop()
+        state[u] = 'done'
+    for m in sorted(MODULES):
+        if m not in state: visit(m)
+
+def test_only_cores_lazy_imports_reach_back():
+    "`TabularGPU(ddf)` (dask/ builds on core) and `to.dataloaders()`'s BatchDataLoaders (data.py builds on core)."
+    lazy = {(m, d) for m in _library() for d,_,top in _imports(m) if not top and d in MODULES}
+    assert lazy == {('fastai_gpu_tabular.core', 'fastai_gpu_tabular.dask.tabular'),
+                    ('fastai_gpu_tabular.core', 'fastai_gpu_tabular.data')}
