@@ -6,6 +6,7 @@ from fastai.tabular.all import (CancelFitException, Callback, FillMissing, Mixed
 from fastai_gpu_tabular.all import (Categorify, Lamb, TabularGPU, TabularModelGPU, cat_widths, sparse_adam_step,
                                     sparse_columns, tabular_learner)
 from fastai_gpu_tabular.datasets import load_movielens
+from fastai_gpu_tabular.model import bag_lookup
 
 @pytest.fixture(scope='module')
 def dls():
@@ -317,3 +318,29 @@ def test_to_fp16_trains(dls, prior):
         with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-2)
     assert learn.recorder.values[-1][0] < prior - MARGIN
     assert all(torch.isfinite(p).all() for p in learn.model.parameters())
+
+@pytest.mark.parametrize('mode', ['mean', 'sum'])
+def test_sparse_bag_grad_lists_only_rows_the_batch_holds(mode):
+    """A sparse multi-hot table's grad lists the rows of the batch's bags and no other: padding (-1) must not list row 0
+    (`#na#`), which the lazy Adam step would then move by its momentum though no bag held it. The values are the dense
+    grad's on those rows (exact: the same sums, with weight 0 for the padding), and a batch of empty bags embeds as 0."""
+    torch.manual_seed(0)
+    w0 = torch.randn(10, 4, dtype=torch.float64)
+    codes = torch.tensor([[1, -1, -1], [3, 1, -1], [5, 3, 2], [-1, -1, -1]])
+    grads = {}
+    for sparse in (True, False):
+        w = torch.nn.Parameter(w0.clone())
+        bag_lookup(codes, w, mode, sparse=sparse).pow(2).sum().backward()
+        grads[sparse] = w.grad
+    g = grads[True].coalesce()
+    assert g.indices()[0].tolist() == [1, 2, 3, 5]
+    assert torch.equal(g.to_dense(), grads[False])
+    # and through the optimizer: two steps with row 0 in no bag leave it where it was
+    w, state = torch.nn.Parameter(w0.clone()), {}
+    for _ in range(2):
+        w.grad = None
+        bag_lookup(codes, w, mode, sparse=True).sum().backward()
+        with torch.no_grad(): sparse_adam_step(w, w.grad, state, 0.1)
+    assert torch.equal(w[0], w0[0]) and not torch.equal(w[1], w0[1])
+    empty = torch.full((3, 2), -1)
+    assert torch.equal(bag_lookup(empty, w, mode, sparse=True), torch.zeros(3, 4, dtype=torch.float64))
