@@ -164,7 +164,7 @@ def test_fused_sparse_step_equals_unfused_sparse(dls):
     assert fused.model.fused.sparse and all(e.sparse for e in plain.model.embeds)
     assert type(fused.opt).__name__ == type(plain.opt).__name__ == 'SparseOptimizer'
     # the rows in the batch get moments (and only those); no other row moves: exact
-    x_cat, widths = cbs[0].cats[0], dls.train_ds.cat_widths()
+    x_cat, widths = cbs[0].cats[0], cat_widths(dls.train_ds)
     st = fused.opt.state[fused.model.fused.weights[0]]
     tables = [w.detach().cpu() for w in fused.model.fused.column_weights()]
     n_in_batch = 0
