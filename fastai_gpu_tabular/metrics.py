@@ -92,7 +92,7 @@ def roc_auc(scores, targets) -> float:
     fps = idx + 1 - tps
     npos,nneg = torch.cat([tps[-1:], fps[-1:]]).tolist() if len(y) else (0, 0)
     if npos == 0 or nneg == 0:
-        warnings.warn("only one class is present in the targets: ROC AUC is not defined (NaN)")
+        warnings.warn("only one class is present in the targets: ROC AUC is not defined (NaN)", stacklevel=2)
         return float('nan')
     if len(tps) > 2:                                 # sklearn's drop_intermediate: keep the curve's corners only
         bend = (fps[2:] - 2 * fps[1:-1] + fps[:-2] != 0) | (tps[2:] - 2 * tps[1:-1] + tps[:-2] != 0)
@@ -203,7 +203,8 @@ def rank_metrics(scores, relevant, groups, k:int|None=None, metrics=RANK_METRICS
     ng = int(new_g.sum())
     has = nrel[:ng] > 0                              # the groups that count
     out = dict(n_groups=int(has.sum()), n_skipped=int((~has).sum()))
-    if not out['n_groups']: warnings.warn("no group has a relevant row: the ranking metrics are not defined (NaN)")
+    if not out['n_groups']:
+        warnings.warn("no group has a relevant row: the ranking metrics are not defined (NaN)", stacklevel=2)
     return dict(out, **{key: float(v[:ng][has].mean()) if out['n_groups'] else float('nan') for key,v in res.items()})
 
 # --- across processes ----------------------------------------------------------------------------------------------

@@ -172,7 +172,8 @@ class ExcludeFromAdaptation(Callback):
     def before_fit(self):
         # after `create_opt`; `LambOptimizer.clear_state` keeps the flag, as fastai's keeps `do_wd`
         if not isinstance(self.opt, LambOptimizer):
-            warnings.warn(f"ExcludeFromAdaptation only acts on fastai_gpu_tabular's Lamb, not {type(self.opt).__name__}")
+            warnings.warn("ExcludeFromAdaptation only acts on fastai_gpu_tabular's Lamb, "
+                          f"not {type(self.opt).__name__}", stacklevel=2)
         for p in self.params(self.model): self.opt.state[p]['do_adapt'] = False
 
 def lamb_param_groups(

@@ -125,7 +125,7 @@ def _bag_block(to, name:str, width:int) -> torch.Tensor:
     longest = int(lens.max()) if len(lens) else 0
     if longest > width:
         warnings.warn(f"multi-hot column {name!r} has lists of up to {longest} elements, more than the {width} "
-                      "seen in training: the extra elements are dropped")
+                      "seen in training: the extra elements are dropped", stacklevel=2)
     return pad_bags(codes.to(torch.int32), lens, width)
 
 def _fill(out:torch.Tensor, to, names:list, what:str, widths:list[int]|None=None):

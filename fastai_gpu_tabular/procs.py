@@ -93,7 +93,8 @@ def bag_width(hist, name:str, max_bag:int|None=None) -> int:
     if max_bag < longest:
         cut = int(hist[max_bag + 1:].sum())
         warnings.warn(f"multi-hot column {name!r}: padding to {max_bag} slots, so {cut} of {int(hist.sum())} rows "
-                      f"(lists up to {longest} long) lose their elements past {max_bag}; pass Categorify(max_bag=...) to change")
+                      f"(lists up to {longest} long) lose their elements past {max_bag}; "
+                      "pass Categorify(max_bag=...) to change", stacklevel=2)
     return min(max_bag, longest)
 
 def _reraise_attribute_errors(f):

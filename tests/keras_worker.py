@@ -72,7 +72,7 @@ def main():
     if backend == 'tensorflow':   # a custom TF loop: the dataset's batches are TF tensors (through DLPack)
         import tensorflow as tf
         opt,losses = keras.optimizers.Adam(1e-3),[]
-        for epoch in range(2):
+        for _epoch in range(2):
             tot = 0.
             for x,yb in tr:
                 with tf.GradientTape() as tape:

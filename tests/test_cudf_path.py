@@ -251,7 +251,7 @@ def _epoch(train, valid, model, step):
         n += 1
     model.eval()
     with torch.no_grad():
-        for xc, xn, y in valid: model(xc, xn)
+        for xc, xn, _y in valid: model(xc, xn)
     return n
 
 def _train_dl(dls, weighted):

@@ -26,12 +26,12 @@ def multi_hot_suite(n=400_000, bs=32768, vocab=1000, dim=16, reps=3, device='cpu
         starts = torch.cumsum(lens, 0) - lens
         padded = pad_bags(vals, lens, int(lens.max()))
         w = torch.randn(vocab, dim, device=device, requires_grad=True)
-        def ragged(idx):
+        def ragged(idx, lens=lens, starts=starts, vals=vals):   # bound now: the loop rebinds them
             l = lens[idx]
             off = torch.cumsum(l, 0) - l
             return vals[torch.repeat_interleave(starts[idx] - off, l) + torch.arange(int(l.sum()), device=device)], off
-        layouts = {'padded': (lambda idx: padded.index_select(0, idx), lambda c: bag_lookup(c, w)),
-                   'values_offsets': (ragged, lambda vo: F.embedding_bag(vo[0], w, vo[1], mode='mean'))}
+        layouts = {'padded': (lambda idx, padded=padded: padded.index_select(0, idx), lambda c, w=w: bag_lookup(c, w)),
+                   'values_offsets': (ragged, lambda vo, w=w: F.embedding_bag(vo[0], w, vo[1], mode='mean'))}
         r = {'mean_len': round(lens.float().mean().item(), 2), 'max_len': int(lens.max())}
         for name,(gather,bag) in layouts.items():
             tg, tb = [], []
