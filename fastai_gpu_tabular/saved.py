@@ -5,24 +5,26 @@ fastai's attribute names (typed JSON: see `SAVED_TYPES`), and the size and sha25
 (`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`."""
 from __future__ import annotations
 
-import hashlib, io, json, math, shutil
+import functools, hashlib, io, json, math, shutil
+from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 import numpy as np, pandas as pd, torch
+from fastcore.foundation import L
 from fastai.data.block import TransformBlock
 from fastai.data.transforms import Categorize, CategoryMap, EncodedMultiCategorize, Normalize, RegressionSetup
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
 
 from .backend import frame_device, frame_of_tensors, is_dask, to_backend
-from .pack import Layout, cat_spans, unpack_rows
-from .procs import Categorify, category_map
+from .pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
+from .procs import Categorify
 from .progress import progress_rows
 from .stream import PackedChunks
 
-__all__ = ['FORMAT_VERSION', 'MANIFEST', 'SAVED_TYPES', 'SavedFormatError', 'save_tabular', 'load_tabular',
+__all__ = ['FORMAT_VERSION', 'MANIFEST', 'SAVED_TYPES', 'SavedFormatError', 'SavedCategoryMap', 'save_tabular', 'load_tabular',
            'register_saved_proc', 'encode_values', 'decode_values', 'file_digest']
 
 FORMAT_VERSION = 1
@@ -69,6 +71,7 @@ def _typed(tag, v):
 def encode_values(values, where:str) -> dict:
     """`values` (a vocabulary, or a dict's values) as typed JSON: `{"type": t, "values": [...]}` when all share a type,
     else `{"types": [...], "values": [...]}`. A value of a type not in `SAVED_TYPES` is a TypeError naming `where`."""
+    if values and set(map(type, values)) == {str}: return {'type': 'str', 'values': list(values)}   # big vocabularies
     tags = [_tag(v) for v in values]
     if None in tags:
         v = values[tags.index(None)]
@@ -81,24 +84,35 @@ def encode_values(values, where:str) -> dict:
 def decode_values(d:dict) -> list:
     "The values `encode_values` wrote."
     vals = d['values']
+    if 'types' not in d and d['type'] == 'str':   # the common case (big string vocabularies), checked at once
+        if vals and set(map(type, vals)) != {str}: raise ValueError("a str list holding non-strings")
+        return list(vals)
     tags = d['types'] if 'types' in d else [d['type']] * len(vals)
     if len(tags) != len(vals): raise ValueError("a typed list with as many types as values")
-    if tags and all(t == 'str' for t in tags):   # the common case (big string vocabularies), checked at once
-        if not all(isinstance(v, str) for v in vals): raise ValueError("a str list holding non-strings")
-        return list(vals)
     return [_typed(t, v) for t,v in zip(tags, vals)]
 
 def _enc_dict(d:dict, where:str) -> dict:
     return {'keys': list(d), **encode_values(list(d.values()), where)}
 def _dec_dict(d:dict) -> dict: return dict(zip(d['keys'], decode_values(d), strict=True))
 
+class SavedCategoryMap(CategoryMap):
+    """A loaded fastai `CategoryMap`: the same `items`, and the same `o2i` (a `defaultdict(int)` with `add_na`), built
+    on first use: training from the packed codes needs none, and building it for millions of values takes seconds."""
+    def __init__(self, items:list, add_na:bool): self.items,self.add_na = L(items),add_na
+    @functools.cached_property
+    def o2i(self) -> dict:
+        pairs = zip(self.items, range(len(self.items)))
+        return defaultdict(int, pairs) if self.add_na else dict(pairs)
+
 def _enc_map(cm:CategoryMap, where:str) -> dict:
     "A fastai `CategoryMap`: with `#na#` first (and unknown values mapping to it) or not, and its values."
-    na = isinstance(cm.o2i, defaultdict)
+    na = cm.add_na if isinstance(cm, SavedCategoryMap) else isinstance(cm.o2i, defaultdict)
     items = list(cm.items)
     if na and (not items or items[0] != '#na#'): raise TypeError(f"{where} maps unknown values but has no '#na#' first")
     return {'na': na, **encode_values(items[1:] if na else items, where)}
-def _dec_map(d:dict) -> CategoryMap: return category_map(decode_values(d), add_na=bool(d['na']))
+def _dec_map(d:dict) -> CategoryMap:
+    na = bool(d['na'])
+    return SavedCategoryMap((['#na#'] if na else []) + decode_values(d), na)
 
 # --- procs ------------------------------------------------------------------------------------------------------------
 _SAVERS = {}
@@ -237,8 +251,9 @@ def _read_bytes(path:Path, entry:dict, verify:bool) -> bytes:
     if verify and hashlib.sha256(b).hexdigest() != entry['sha256']: raise _bad_digest(path)
     return b
 
-def _read_rows(path:Path, entry:dict, out:torch.Tensor, verify:bool):
-    "Read the `.npy` file at `path` into `out` (int32 rows, its shape), checking its header, size and sha256."
+def _read_rows(path:Path, entry:dict, out:torch.Tensor) -> tuple:
+    """Read the `.npy` file at `path` into `out` (int32 rows, its shape), checking its header and size: `(hash, rows)`,
+    the sha256 of its header and the bytes read, for `_check_digest`."""
     _check_size(path, entry)
     with open(path, 'rb', buffering=0) as f:
         try:
@@ -257,9 +272,12 @@ def _read_rows(path:Path, entry:dict, out:torch.Tensor, verify:bool):
             k = f.readinto(buf[got:])
             if not k: raise SavedFormatError(f"{path} ends before its rows do: truncated")
             got += k
-    if verify:
-        h.update(buf)
-        if h.hexdigest() != entry['sha256']: raise _bad_digest(path)
+    return h, buf
+
+def _check_digest(path:Path, entry:dict, h, buf):
+    "The file's sha256 (`h` holding its header's) is the one saved (hashlib lets other threads run meanwhile)."
+    h.update(buf)
+    if h.hexdigest() != entry['sha256']: raise _bad_digest(path)
 
 # --- save -------------------------------------------------------------------------------------------------------------
 def _index_entry(index, path:Path, files:dict) -> dict:
@@ -297,7 +315,7 @@ def _clear(path:Path):
             elif p.name in (MANIFEST, 'index.npy'): p.unlink()
     path.mkdir(parents=True, exist_ok=True)
 
-def save_tabular(to, path, chunk_rows:int=1 << 20, progress:bool=True) -> Path:
+def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
     """Save the processed Tabular `to` in the folder `path` (see the module's docstring); `chunk_rows` rows a file.
     Writes nothing but plain data: the learned state must be of `SAVED_TYPES` (a TypeError naming the column if not)."""
     if is_dask(getattr(to, 'items', None)):
@@ -330,7 +348,7 @@ def save_tabular(to, path, chunk_rows:int=1 << 20, progress:bool=True) -> Path:
                           for k,r in (('train', rows[:to.split]), ('valid', rows[to.split:]))}
     meta['files'] = files
     # the manifest last: a save cut short has none, so it cannot be loaded
-    (path/MANIFEST).write_text(json.dumps(meta, indent=1, allow_nan=False))
+    (path/MANIFEST).write_text(json.dumps(meta, allow_nan=False))   # no indent: C's encoder, not Python's
     return path
 
 def _installed() -> bool:
@@ -403,18 +421,28 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
     n_train, total = sum(n for _,n in splits[0]), sum(n for s in splits for _,n in s)
     if total != len(index): raise SavedFormatError(f"{path/MANIFEST}: {total} rows saved, {len(index)} row labels")
     rows, at = torch.empty((total, width), dtype=torch.int32), 0
-    with progress_rows(total, f'loading {path}', progress) as pb:
+    # each file hashed in a thread while the next one is read
+    with progress_rows(total, f'loading {path}', progress) as pb, ThreadPoolExecutor(1) as pool:
+        checks = []
         for f,n in splits[0] + splits[1]:
-            _read_rows(path/f, meta['files'][f], rows[at:at + n], verify)
+            h, buf = _read_rows(path/f, meta['files'][f], rows[at:at + n])
+            if verify: checks.append(pool.submit(_check_digest, path/f, meta['files'][f], h, buf))
             at += n
             pb.update(n)
-    df = to_backend(_frame(rows, layout, meta, procs, index), backend)
+        for c in checks: c.result()   # the first file that differs, in row order
+    # on the host, a frame the packed rows can rebuild is left to them (as `release_frame` leaves it): built from its
+    # dtypes alone, then released; otherwise (multi-hot lists, or to cuDF) built from the rows now
+    lazy = backend in (None, 'pandas') and not meta['multi_hot']
+    df = to_backend(_frame(rows[:0] if lazy else rows, layout, meta, procs, index[:0] if lazy else index), backend)
     to = cls(df, procs=procs, cat_names=meta['cat_names'], cont_names=meta['cont_names'], y_names=meta['y_names'],
              y_block=TransformBlock(), do_setup=False, device=device, inplace=True, reduce_memory=False,
              multi_hot=meta['multi_hot'])
     to.split = n_train
-    # the packed rows as read: `dataloaders()` packs nothing again
+    # the packed rows as read: nothing is packed again
     dev = frame_device(df)
     to._packed[torch.device('cpu')] = (rows, layout)
     if dev.type != 'cpu': to._packed[dev] = (rows.to(dev), layout)
+    if lazy and packs_whole(to):
+        to.released, to._items = ReleasedFrame(list(df.columns), dict(df.dtypes), index, dev), None
+    elif lazy: to.items = _frame(rows, layout, meta, procs, index)
     return to

@@ -49,13 +49,19 @@ def assert_same_frame(saved, loaded):
         elif c in saved.cont_names: np.testing.assert_array_equal(b[c], a[c].astype(np.float32).astype(a[c].dtype), c)
         else: np.testing.assert_array_equal(b[c], a[c], c)
 
-def test_adult_as_saved_and_as_fastai(adult, tmp_path):
+@pytest.mark.parametrize('procs', [[Categorify, FillMissing, Normalize], [Categorify, FillMissing]],
+                         ids=['normalized', 'int_conts'])
+def test_adult_as_saved_and_as_fastai(adult, tmp_path, procs):
+    "Conts normalized (the frame left to the packed rows, as `release_frame` leaves it) or integers (rebuilt at once)."
     before = adult.copy()
-    ref, ours = build_both(adult, procs=[Categorify, FillMissing, Normalize],
+    ref, ours = build_both(adult, procs=procs,
                            splits=RandomSplitter(seed=0)(range_of(adult)), **ADULT)
     ours.save(tmp_path/'adult')
     loaded = TabularGPU.load(tmp_path/'adult')
     assert type(loaded) is TabularGPU and loaded.split == ours.split == len(ref.train)
+    assert (loaded.released is not None) == (Normalize in procs)
+    for a,b in [(loaded.classes[n], ref.classes[n]) for n in ref.cat_names] + [(loaded.vocab, ref.vocab)]:
+        assert type(a.o2i) is type(b.o2i) and a.o2i == b.o2i   # built on first use
     assert_same_processing(ref, loaded)
     assert_same_frame(ours, loaded)
     assert_same_loaders(ours, loaded)
@@ -268,3 +274,15 @@ def test_load_onto_the_gpu(adult, tmp_path):
     a, b = ours.dataloaders(bs=4096, shuffle=False, device='cpu'), loaded.dataloaders(bs=4096, shuffle=False)
     for x,y in zip(a.valid, b.valid):
         assert y[0].is_cuda and all(torch.equal(s, t.cpu()) for s,t in zip(x, y))
+
+def test_bench_suite_small(tmp_path):
+    "`--suite saved` at a tiny N: the table, and sizes that add up (no timing asserted)."
+    out = tmp_path/'saved.json'
+    res = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular.bench', '--suite', 'saved', '--saved-rows', '3000',
+                          '--out', str(out)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(out.read_text())['saved']
+    assert 'load (sha256 checked)' in res.stdout and r['rows'] == 3000
+    assert r['packed_bytes'] == 3000 * r['width'] * 4 < r['rows_file_bytes'] < r['disk_bytes']
+    assert r['disk_bytes'] == r['rows_file_bytes'] + r['state_bytes']
