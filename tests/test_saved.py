@@ -66,6 +66,12 @@ def test_adult_as_saved_and_as_fastai(adult, tmp_path, procs):
     assert_same_frame(ours, loaded)
     assert_same_loaders(ours, loaded)
     assert_same_batches(fastai_valid_batches(ref, 4096), loaded.dataloaders(bs=4096, shuffle=False).valid)
+    # saved again after `dataloaders()` released its frame, or from the loaded one: the same bytes
+    ours.dataloaders(bs=64)
+    ours.save(tmp_path/'again', progress=False)
+    loaded.save(tmp_path/'resaved', progress=False)
+    files = lambda d: json.loads((tmp_path/d/'tabular.json').read_text())['files']
+    assert files('adult') == files('again') == files('resaved')
     pd.testing.assert_frame_equal(adult, before)
 
 def test_movielens_multi_hot_as_saved_and_as_fastai(ml, tmp_path):
