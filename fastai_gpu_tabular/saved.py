@@ -5,7 +5,7 @@ fastai's attribute names (typed JSON: see `SAVED_TYPES`), and the size and sha25
 (`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`."""
 from __future__ import annotations
 
-import functools, hashlib, io, json, math, shutil
+import functools, hashlib, io, json, math, re, shutil
 from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
 from collections.abc import Callable
@@ -374,6 +374,7 @@ def _read_manifest(path:Path) -> dict:
 def _read_index(path:Path, meta:dict, verify:bool):
     ix = meta['index']
     if 'file' not in ix: return pd.RangeIndex(ix['start'], ix['stop'], ix['step'])
+    if ix['file'] != 'index.npy': raise ValueError(f"an index file {ix['file']!r}")
     b = _read_bytes(path/ix['file'], meta['files'][ix['file']], verify)
     return pd.Index(np.load(io.BytesIO(b), allow_pickle=False))
 
@@ -411,8 +412,14 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
     try:
         procs = [_restore_proc(d) for d in meta['procs']]
         index = _read_index(path, meta, verify)
+        # names and types from the file only from these sets: nothing it says is looked up elsewhere
+        if not all(dt in ('int32', 'int64', 'float32') for _,_,dt in meta['layout']): raise ValueError("a layout dtype")
         layout, width = Layout.from_json(meta['layout']), int(meta['width'])
+        bad = [c for c,t in meta['dtypes'].items() if t != 'object' and np.dtype(t).kind not in 'biuf']
+        if bad: raise ValueError(f"columns {bad} of no numeric dtype")
         splits = [[(f'{k}/{f}', int(n)) for f,n in meta['splits'][k]] for k in ('train', 'valid')]
+        bad = [f for s in splits for f,_ in s if not re.fullmatch(r'(train|valid)/part\.\d{5}\.npy', f)]
+        if bad: raise ValueError(f"rows files {bad[:3]} not named as a save names them")
         for k in ('train', 'valid'): _read_bytes(path/k/'chunks.json', meta['files'][f'{k}/chunks.json'], verify)
     except SavedFormatError: raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:

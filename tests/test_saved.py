@@ -230,9 +230,14 @@ def test_unknown_version_and_proc_type(saved):
     meta = json.loads(m.read_text())
     m.write_text(json.dumps({**meta, 'version': 99}))
     with pytest.raises(SavedFormatError, match=r"tabular\.json is in format version 99"): TabularGPU.load(saved)
-    meta['procs'][0]['type'] = 'os.system'
-    m.write_text(json.dumps(meta))
-    with pytest.raises(SavedFormatError, match=r"tabular\.json does not describe.*'os\.system'"): TabularGPU.load(saved)
+    for k,v,msg in (('procs', 'os.system', r"'os\.system'"), ('splits', '../../x.npy', r"\.\./\.\./x\.npy"),
+                    ('layout', 'load', 'layout dtype')):
+        bad = json.loads(json.dumps(meta))
+        if k == 'procs': bad['procs'][0]['type'] = v
+        elif k == 'splits': bad['splits']['train'][0][0] = v
+        else: bad['layout'][0][2] = v
+        m.write_text(json.dumps(bad))
+        with pytest.raises(SavedFormatError, match=r"tabular\.json does not describe.*" + msg): TabularGPU.load(saved)
 
 def test_unsupported_state_named_at_save(adult, tmp_path):
     "A vocabulary of values JSON cannot type (Python dates), a proc with no saved form: named, nothing written."
