@@ -24,8 +24,8 @@ from .procs import Categorify
 from .progress import progress_rows
 from .stream import PackedChunks
 
-__all__ = ['FORMAT_VERSION', 'MANIFEST', 'SAVED_TYPES', 'SavedFormatError', 'SavedCategoryMap', 'save_tabular', 'load_tabular',
-           'register_saved_proc', 'encode_values', 'decode_values', 'file_digest']
+__all__ = ['FORMAT_VERSION', 'MANIFEST', 'SAVED_TYPES', 'SavedFormatError', 'SavedCategoryMap', 'save_tabular',
+           'load_tabular', 'register_saved_proc', 'encode_values', 'decode_values', 'file_digest']
 
 FORMAT_VERSION = 1
 MANIFEST = 'tabular.json'

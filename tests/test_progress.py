@@ -1,5 +1,5 @@
-"""Progress of long passes: fastprogress's bar (fit's) on a terminal, plain lines with rows and rows/s elsewhere, nothing
-when off; on a save, a load and each pass of a TabularDask over Adult's partitions."""
+"""Progress of long passes: fastprogress's bar (fit's) on a terminal, plain lines with rows and rows/s elsewhere,
+nothing when off; on a save, a load and each pass of a TabularDask over Adult's partitions."""
 import re
 import pytest
 from fastai.tabular.all import CategoryBlock, FillMissing, Normalize

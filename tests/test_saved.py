@@ -119,6 +119,12 @@ def test_fastai_categorify_and_timestamp_vocab(tmp_path):
     assert isinstance(loaded.classes['time_hour'][1], pd.Timestamp)
     assert_same_processing(ref, loaded)
     assert_same_loaders(ours, loaded)
+    # new rows (later flights: times the vocabulary has and has not) encoded alike through the Timestamps read back
+    raw = load_flights(nrows=25_000).iloc[15_000:]
+    raw['time_hour'] = pd.to_datetime(raw['time_hour'])
+    a, b = (_batches(to.dataloaders(bs=1024, shuffle=False).test_dl(raw)) for to in (ours, loaded))
+    assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+    assert (a[0][0][:, 0] > 0).any() and (a[-1][0][:, 0] == 0).any()
 
 def test_new_rows_encode_as_in_memory(adult, ml, tmp_path, monkeypatch):
     "test_dl on raw rows (unseen values, NaN, genres as strings) and show_batch: as from the Tabular saved."
