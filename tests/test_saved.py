@@ -303,3 +303,21 @@ def test_bench_suite_small(tmp_path):
     assert 'load (sha256 checked)' in res.stdout and r['rows'] == 3000
     assert r['packed_bytes'] == 3000 * r['width'] * 4 < r['rows_file_bytes'] < r['disk_bytes']
     assert r['disk_bytes'] == r['rows_file_bytes'] + r['state_bytes']
+
+def test_folders_are_packed_chunks(saved):
+    "train/ and valid/ are `PackedChunks` folders: the streaming loader reads the rows a load gives."
+    from fastai_gpu_tabular.all import PackedChunks, StreamDataLoader
+    loaded = TabularGPU.load(saved, progress=False)
+    rows, layout = loaded.packed_rows('cpu')
+    train, valid = PackedChunks(saved/'train'), PackedChunks(saved/'valid')
+    assert len(train.files) == 3 and train.layout == layout and valid.layout == layout
+    assert torch.equal(torch.cat([train.load(), valid.load()]), rows) and len(train) == loaded.split
+    a, b = _batches(StreamDataLoader(valid, bs=256, shuffle=False)), _batches(loaded.dataloaders(bs=256).valid)
+    assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+
+def test_dask_tabular_is_not_saved_yet(adult, tmp_path):
+    dd = pytest.importorskip('dask.dataframe', reason='the `dask` extra')
+    to = TabularGPU(dd.from_pandas(adult.iloc[:2000], npartitions=2), procs=[Categorify], cat_names=['workclass'],
+                    y_names='income', y_block=CategoryBlock(), chunk_dir=tmp_path/'c', progress=False)
+    with pytest.raises(NotImplementedError, match='TabularDask'): to.save(tmp_path/'d')
+    assert not (tmp_path/'d').exists()
