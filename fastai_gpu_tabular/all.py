@@ -19,3 +19,5 @@ from .keras_loader import *
 from .distributed import *
 from .stream import *
 from .dask import *
+from .progress import *
+from .saved import *

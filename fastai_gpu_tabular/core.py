@@ -21,6 +21,7 @@ from .checks import (add_y_procs, check_columns, check_inf, check_na_names, chec
 from .loader import BatchDataLoader
 from .pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
 from .procs import register_procs
+from .saved import load_tabular, save_tabular
 
 __all__ = ['TabularGPU', 'show_results']
 
@@ -264,6 +265,16 @@ class TabularGPU(Tabular):
             for o in [self, *(dl.dataset for dl in dls.loaders)]:
                 if isinstance(o, TabularGPU): o.release_frame()
         return dls
+
+    # --- saved as plain data (saved.py) ---------------------------------------------------------------------------
+    def save(self, path, **kwargs):
+        "Save the processed rows and the procs' state in the folder `path`, without pickle (see `save_tabular`)."
+        return save_tabular(self, path, **kwargs)
+
+    @classmethod
+    def load(cls, path, **kwargs) -> TabularGPU:
+        "The Tabular `save` saved in `path`, ready for `dataloaders()`; runs no code from the files (`load_tabular`)."
+        return load_tabular(cls, path, **kwargs)
 
     # --- the packed rows (pack.py) --------------------------------------------------------------------------------
     @property

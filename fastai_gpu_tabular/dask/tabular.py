@@ -25,6 +25,7 @@ from ..core import TabularGPU
 from ..data import BatchDataLoaders
 from ..loader import BatchDataLoader
 from ..pack import Layout, pack_rows
+from ..progress import dask_progress
 from ..stream import PackedChunks, StreamDataLoader, byte_count, free_memory
 from .procs import register_dask_procs
 from .stats import compute, delayed
@@ -93,8 +94,10 @@ class TabularDask(TabularGPU):
                  splits:str|Callable|None=None, # a boolean column (True: validation), or fastai's `ColSplitter`
                  do_setup:bool=True, device:torch.device|str|None=None, inplace:bool=False, reduce_memory:bool=True,
                  backend:str|None=None, multi_hot:dict|list|None=None,
-                 chunk_dir:str|Path|None=None): # where the packed chunks go (default: a temporary folder)
+                 chunk_dir:str|Path|None=None, # where the packed chunks go (default: a temporary folder)
+                 progress:bool=True): # show each pass over the partitions (fastprogress's bar, or plain lines)
         df = to_backend(df, backend)
+        self.progress = progress
         cat_names, cont_names, y_names = L(cat_names).copy(), L(cont_names).copy(), L(y_names).copy()
         # the names now (the rows are counted below: `len` of the frame would read it all)
         check_names(cat_names, cont_names, y_names)
@@ -119,7 +122,8 @@ class TabularDask(TabularGPU):
         for n,sep in self.multi_hot.items():
             if sep is not None and n in items.columns: items[n] = items[n].map_partitions(split_lists, sep)
         if nan_as_null(meta): items = items.map_partitions(lambda p: p.assign(**nan_as_null(p)))
-        items, self.scan = self._scan(items, cat_names, cont_names, y_names, reduce_memory)
+        with dask_progress('TabularDask scan', None, progress):
+            items, self.scan = self._scan(items, cat_names, cont_names, y_names, reduce_memory)
         if do_setup: check_rows(int(self.scan.rows.sum()))
         self.items, self._packed, self._parent, self.subset_idx, self.chunks = items, {}, None, None, None
         self.y_names, self.device = y_names, device
@@ -232,8 +236,12 @@ class TabularDask(TabularGPU):
         if not self._has(FillMissing): check_unfilled_nan(list(nan[nan].index), has_fill=False)
         check_na_names(self.cat_names, self.items.columns, self.procs, setup, lambda c: bool(train_nan[c]))
 
-    def setup(self): self._before_procs(setup=True); self.procs.setup(self); self._write()
-    def process(self): self._before_procs(); self.procs(self); self._write()
+    def setup(self):
+        with self._progress('setup'): self._before_procs(setup=True); self.procs.setup(self); self._write()
+    def process(self):
+        with self._progress('process'): self._before_procs(); self.procs(self); self._write()
+    def _progress(self, what):
+        return dask_progress(f'TabularDask {what}', int(self.scan.rows.sum()), getattr(self, 'progress', True))
 
     # --- packing into chunks ----------------------------------------------------------------------------------------
     def _write(self):

@@ -1,0 +1,455 @@
+"""A processed `TabularGPU` saved as plain data and loaded back without pickle. `save_tabular` (`TabularGPU.save`)
+writes the packed rows (train/ and valid/ `PackedChunks` folders: `.npy` int32 files, as the streaming loader reads
+them) and `tabular.json`: the names, the split, the frame's dtypes and row index, each proc's learned state under
+fastai's attribute names (typed JSON: see `SAVED_TYPES`), and the size and sha256 of every file. `load_tabular`
+(`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`."""
+from __future__ import annotations
+
+import functools, hashlib, io, json, math, re, shutil
+from concurrent.futures import ThreadPoolExecutor
+from collections import defaultdict
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+import numpy as np, pandas as pd, torch
+from fastcore.foundation import L
+from fastai.data.block import TransformBlock
+from fastai.data.transforms import Categorize, CategoryMap, EncodedMultiCategorize, Normalize, RegressionSetup
+from fastai.tabular import core as fatc
+from fastai.tabular.core import FillMissing, FillStrategy
+
+from .backend import frame_device, frame_of_tensors, is_dask, to_backend
+from .pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
+from .procs import Categorify
+from .progress import progress_rows
+from .stream import PackedChunks
+
+__all__ = ['FORMAT_VERSION', 'MANIFEST', 'SAVED_TYPES', 'SavedFormatError', 'SavedCategoryMap', 'save_tabular',
+           'load_tabular', 'register_saved_proc', 'encode_values', 'decode_values', 'file_digest']
+
+FORMAT_VERSION = 1
+MANIFEST = 'tabular.json'
+_NUMPY = ('bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'float16', 'float32',
+          'float64')
+# the value types of vocabularies, fill values and stats that a saved Tabular holds
+SAVED_TYPES = ('str', 'bool', 'int', 'float', 'Timestamp', *(f'numpy.{t}' for t in _NUMPY))
+
+class SavedFormatError(ValueError):
+    "A saved Tabular that cannot be read back: a missing, truncated or altered file, or an unknown format version."
+
+# --- typed values ---------------------------------------------------------------------------------------------------
+def _tag(v) -> str|None:
+    "The `SAVED_TYPES` name of `v`'s type, or None."
+    if isinstance(v, (bool, str)): return type(v).__name__   # before int: a bool is an int
+    if isinstance(v, pd.Timestamp): return 'Timestamp'
+    if isinstance(v, (np.bool_, np.integer, np.floating)):
+        return f'numpy.{v.dtype.name}' if v.dtype.name in _NUMPY else None
+    if isinstance(v, (int, float)): return type(v).__name__ if type(v) in (int, float) else None
+    return None
+
+def _plain(v, tag):
+    "`v` as JSON: numbers as numbers (floats exact: Python writes the shortest repr), NaN/inf as strings."
+    if tag == 'Timestamp': return [v.isoformat(), None if v.tz is None else str(v.tz)]
+    if tag in ('float', 'numpy.float16', 'numpy.float32', 'numpy.float64'):
+        f = float(v)
+        return f if math.isfinite(f) else str(f)   # 'nan', 'inf', '-inf': strict JSON has no NaN
+    return v.item() if isinstance(v, np.generic) else v
+
+def _typed(tag, v):
+    "The value of type `tag` that `_plain` wrote as `v`."
+    if tag == 'Timestamp':
+        ts = pd.Timestamp(v[0])
+        return ts if v[1] is None else ts.tz_convert(v[1])
+    if tag not in SAVED_TYPES: raise ValueError(f"unknown value type {tag!r} (known: {', '.join(SAVED_TYPES)})")
+    want = {'str': str, 'bool': bool, 'numpy.bool': bool}.get(tag, (int, float, str) if 'float' in tag else int)
+    if not isinstance(v, want) or (isinstance(v, bool) and want is not bool) or (isinstance(v, str) and want is not str
+                                                                                and v not in ('nan', 'inf', '-inf')):
+        raise ValueError(f"a {tag} value written as {v!r}")
+    if tag.startswith('numpy.'): return np.dtype(tag[6:]).type(float(v) if isinstance(v, str) else v)
+    return float(v) if tag == 'float' else v
+
+def encode_values(values, where:str) -> dict:
+    """`values` (a vocabulary, or a dict's values) as typed JSON: `{"type": t, "values": [...]}` when all share a type,
+    else `{"types": [...], "values": [...]}`. A value of a type not in `SAVED_TYPES` is a TypeError naming `where`."""
+    if values and set(map(type, values)) == {str}: return {'type': 'str', 'values': list(values)}   # big vocabularies
+    tags = [_tag(v) for v in values]
+    if None in tags:
+        v = values[tags.index(None)]
+        raise TypeError(f"{where} holds {v!r}, a {type(v).__module__}.{type(v).__name__}, which a saved Tabular cannot "
+                        f"hold (it holds {', '.join(SAVED_TYPES)}): cast that column to one of those before processing")
+    vals = [_plain(v, t) for v,t in zip(values, tags)]
+    if len(set(tags)) > 1: return {'types': tags, 'values': vals}
+    return {'type': tags[0] if tags else 'str', 'values': vals}
+
+def decode_values(d:dict) -> list:
+    "The values `encode_values` wrote."
+    vals = d['values']
+    if 'types' not in d and d['type'] == 'str':   # the common case (big string vocabularies), checked at once
+        if vals and set(map(type, vals)) != {str}: raise ValueError("a str list holding non-strings")
+        return list(vals)
+    tags = d['types'] if 'types' in d else [d['type']] * len(vals)
+    if len(tags) != len(vals): raise ValueError("a typed list with as many types as values")
+    return [_typed(t, v) for t,v in zip(tags, vals)]
+
+def _enc_dict(d:dict, where:str) -> dict:
+    return {'keys': list(d), **encode_values(list(d.values()), where)}
+def _dec_dict(d:dict) -> dict: return dict(zip(d['keys'], decode_values(d), strict=True))
+
+class SavedCategoryMap(CategoryMap):
+    """A loaded fastai `CategoryMap`: the same `items`, and the same `o2i` (a `defaultdict(int)` with `add_na`), built
+    on first use: training from the packed codes needs none, and building it for millions of values takes seconds."""
+    def __init__(self, items:list, add_na:bool): self.items,self.add_na = L(items),add_na
+    @functools.cached_property
+    def o2i(self) -> dict:
+        pairs = zip(self.items, range(len(self.items)))
+        return defaultdict(int, pairs) if self.add_na else dict(pairs)
+
+def _enc_map(cm:CategoryMap, where:str) -> dict:
+    "A fastai `CategoryMap`: with `#na#` first (and unknown values mapping to it) or not, and its values."
+    na = cm.add_na if isinstance(cm, SavedCategoryMap) else isinstance(cm.o2i, defaultdict)
+    items = list(cm.items)
+    if na and (not items or items[0] != '#na#'): raise TypeError(f"{where} maps unknown values but has no '#na#' first")
+    return {'na': na, **encode_values(items[1:] if na else items, where)}
+def _dec_map(d:dict) -> CategoryMap:
+    na = bool(d['na'])
+    return SavedCategoryMap((['#na#'] if na else []) + decode_values(d), na)
+
+# --- procs ------------------------------------------------------------------------------------------------------------
+_SAVERS = {}
+
+def register_saved_proc(cls:type, state:Callable, restore:Callable) -> None:
+    """Let a saved Tabular hold procs of type `cls` (matched exactly): `state(proc)` gives its learned state as a dict
+    of plain values (names, numbers, `encode_values`); `restore(state)` makes the proc back from it, running no code of
+    the file. Loading looks the type up by the name saved, in these registrations only."""
+    _SAVERS[f'{cls.__module__}.{cls.__qualname__}'] = (cls, state, restore)
+
+def _need(p, *attrs):
+    missing = [a for a in attrs if not hasattr(p, a)]
+    if missing: raise ValueError(f"{type(p).__name__} has no {missing}: save a Tabular after its procs are set up")
+
+def _categorify_state(p) -> dict:
+    _need(p, 'classes')
+    res = {'classes': {n: _enc_map(cm, f"Categorify.classes[{n!r}]") for n,cm in p.classes.items()},
+           'multi_hot_lens': {n: int(w) for n,w in (getattr(p, 'multi_hot_lens', None) or {}).items()}}
+    if isinstance(p, Categorify):
+        mb = p.max_bag
+        res['init'] = {'min_freq': p.min_freq, 'max_vocab': p.max_vocab,
+                       'max_bag': dict(mb) if isinstance(mb, dict) else mb}
+    return res
+
+def _categorify_restore(cls):
+    def restore(s):
+        p = cls(**s['init']) if 'init' in s else cls()
+        p.classes = {n: _dec_map(d) for n,d in s['classes'].items()}
+        p.multi_hot_lens = {n: int(w) for n,w in s['multi_hot_lens'].items()}
+        return p
+    return restore
+
+_FILLS = {'median': FillStrategy.median, 'constant': FillStrategy.constant, 'mode': FillStrategy.mode}
+
+def _fillmissing_state(p) -> dict:
+    _need(p, 'na_dict')
+    fs = p.fill_strategy if isinstance(p.fill_strategy, str) else p.fill_strategy.__name__
+    if fs not in _FILLS: raise TypeError(f"FillMissing.fill_strategy {fs!r}: a saved Tabular holds {list(_FILLS)}")
+    return {'fill_strategy': fs, 'add_col': bool(p.add_col),
+            'fill_vals': _enc_dict(p.fill_vals, 'FillMissing.fill_vals'),
+            'na_dict': _enc_dict(p.na_dict, 'FillMissing.na_dict')}
+
+def _fillmissing_restore(s):
+    if s['fill_strategy'] not in _FILLS: raise ValueError(f"unknown fill_strategy {s['fill_strategy']!r}")
+    p = FillMissing(fill_strategy=_FILLS[s['fill_strategy']], add_col=bool(s['add_col']),
+                    fill_vals=defaultdict(int, _dec_dict(s['fill_vals'])))
+    p.na_dict, p.fill_strategy = _dec_dict(s['na_dict']), s['fill_strategy']   # a name, as set-up leaves it
+    return p
+
+def _normalize_state(p) -> dict:
+    _need(p, 'means', 'stds')
+    return {'means': _enc_dict(p.means, 'Normalize.means'), 'stds': _enc_dict(p.stds, 'Normalize.stds')}
+
+def _normalize_restore(s):
+    p = Normalize()
+    p.means, p.stds = _dec_dict(s['means']), _dec_dict(s['stds'])
+    return p
+
+def _categorize_state(p) -> dict:
+    _need(p, 'vocab')
+    return {'vocab': _enc_map(p.vocab, 'Categorize.vocab'), 'sort': bool(p.sort), 'add_na': bool(p.add_na),
+            'c': int(p.c)}
+
+def _categorize_restore(s):
+    p = Categorize(sort=bool(s['sort']), add_na=bool(s['add_na']))
+    p.vocab, p.c = _dec_map(s['vocab']), int(s['c'])
+    return p
+
+def _multicat_restore(s):
+    vocab = _dec_map(s['vocab'])
+    p = EncodedMultiCategorize(list(vocab.items))
+    p.vocab, p.c = vocab, int(s['c'])
+    return p
+
+def _regression_state(p) -> dict: return {'c': None if p.c is None else int(p.c)}
+def _regression_restore(s): return RegressionSetup(c=s['c'])
+
+register_saved_proc(Categorify, _categorify_state, _categorify_restore(Categorify))
+register_saved_proc(fatc.Categorify, _categorify_state, _categorify_restore(fatc.Categorify))
+register_saved_proc(FillMissing, _fillmissing_state, _fillmissing_restore)
+register_saved_proc(Normalize, _normalize_state, _normalize_restore)
+register_saved_proc(Categorize, _categorize_state, _categorize_restore)
+register_saved_proc(EncodedMultiCategorize, _categorize_state, _multicat_restore)
+register_saved_proc(RegressionSetup, _regression_state, _regression_restore)
+
+def _proc_state(p) -> dict:
+    name = f'{type(p).__module__}.{type(p).__qualname__}'
+    if name not in _SAVERS:
+        raise TypeError(f"proc {type(p).__name__} ({name}) has no saved form: a saved Tabular holds "
+                        f"{', '.join(c.__name__ for c,_,_ in _SAVERS.values())} (see `register_saved_proc`)")
+    return {'type': name, 'state': _SAVERS[name][1](p)}
+
+def _restore_proc(d:dict):
+    if d['type'] not in _SAVERS: raise ValueError(f"proc type {d['type']!r} is not one this version can load")
+    return _SAVERS[d['type']][2](d['state'])
+
+# --- files ------------------------------------------------------------------------------------------------------------
+def file_digest(path) -> str:
+    "The sha256 of the file at `path`, in hex."
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        while b := f.read(1 << 24): h.update(b)
+    return h.hexdigest()
+
+def _write_npy(path:Path, a:np.ndarray) -> dict:
+    "Write `a` as a `.npy` file (what `np.save` writes), hashing it as it goes: its entry in the manifest."
+    a = np.ascontiguousarray(a)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(a))
+    h = hashlib.sha256(head.getvalue())
+    body = memoryview(a.reshape(-1)).cast('B') if a.size else b''
+    h.update(body)
+    with open(path, 'wb') as f:
+        f.write(head.getvalue())
+        f.write(body)
+    return {'bytes': len(head.getvalue()) + len(body), 'sha256': h.hexdigest()}
+
+def _write_text(path:Path, text:str) -> dict:
+    b = text.encode()
+    path.write_bytes(b)
+    return {'bytes': len(b), 'sha256': hashlib.sha256(b).hexdigest()}
+
+def _check_size(path:Path, entry:dict):
+    if not path.exists(): raise SavedFormatError(f"{path} is missing: the saved Tabular is incomplete")
+    n = path.stat().st_size
+    if n != entry['bytes']:
+        raise SavedFormatError(f"{path} is {n:,} bytes, not the {entry['bytes']:,} it was saved with: "
+                               f"{'truncated' if n < entry['bytes'] else 'altered'}")
+
+def _bad_digest(path:Path) -> SavedFormatError:
+    return SavedFormatError(f"{path} does not match the sha256 it was saved with: the file was altered or damaged")
+
+def _read_bytes(path:Path, entry:dict, verify:bool) -> bytes:
+    _check_size(path, entry)
+    b = path.read_bytes()
+    if verify and hashlib.sha256(b).hexdigest() != entry['sha256']: raise _bad_digest(path)
+    return b
+
+def _read_rows(path:Path, entry:dict, out:torch.Tensor) -> tuple:
+    """Read the `.npy` file at `path` into `out` (int32 rows, its shape), checking its header and size: `(hash, rows)`,
+    the sha256 of its header and the bytes read, for `_check_digest`."""
+    _check_size(path, entry)
+    with open(path, 'rb', buffering=0) as f:
+        try:
+            major,_ = np.lib.format.read_magic(f)
+            shape,fortran,dtype = (np.lib.format.read_array_header_1_0 if major == 1 else
+                                   np.lib.format.read_array_header_2_0)(f)
+        except ValueError as e: raise SavedFormatError(f"{path} is not a .npy file: {e}") from None
+        if dtype != np.dtype('<i4') or fortran or tuple(shape) != tuple(out.shape):
+            raise SavedFormatError(f"{path} holds {dtype} {tuple(shape)} rows, not the int32 {tuple(out.shape)} saved")
+        n = f.tell()
+        f.seek(0)
+        h = hashlib.sha256(f.read(n))
+        buf = memoryview(out.numpy().reshape(-1)).cast('B') if out.numel() else memoryview(b'')
+        got = 0
+        while got < len(buf):
+            k = f.readinto(buf[got:])
+            if not k: raise SavedFormatError(f"{path} ends before its rows do: truncated")
+            got += k
+    return h, buf
+
+def _check_digest(path:Path, entry:dict, h, buf):
+    "The file's sha256 (`h` holding its header's) is the one saved (hashlib lets other threads run meanwhile)."
+    h.update(buf)
+    if h.hexdigest() != entry['sha256']: raise _bad_digest(path)
+
+# --- save -------------------------------------------------------------------------------------------------------------
+def _index_entry(index, path:Path, files:dict) -> dict:
+    "The frame's row index: a range as its bounds, integers as `index.npy`."
+    if isinstance(index, pd.RangeIndex): return {'start': index.start, 'stop': index.stop, 'step': index.step}
+    if not pd.api.types.is_integer_dtype(index.dtype) or isinstance(index, pd.MultiIndex):
+        raise TypeError(f"the frame's row index holds {index.dtype} labels: a saved Tabular holds integer row labels; "
+                        "call df.reset_index() before making the Tabular")
+    files['index.npy'] = _write_npy(path/'index.npy', np.asarray(index, dtype=np.int64))
+    return {'file': 'index.npy'}
+
+def _write_split(path:Path, name:str, rows:torch.Tensor, layout:Layout, chunk_rows:int, files:dict, pb) -> list:
+    "Rows of one split in `chunk_rows` files of `path/name` (a `PackedChunks` folder): `[file, rows]` of each."
+    d = path/name
+    d.mkdir()
+    parts = []
+    for i,a in enumerate(range(0, len(rows), chunk_rows)):
+        f = f'part.{i:05d}.npy'
+        part = rows[a:a + chunk_rows]
+        files[f'{name}/{f}'] = _write_npy(d/f, part.numpy())
+        parts.append([f, len(part)])
+        pb.update(len(part))
+    PackedChunks.write(d, parts, layout, rows.shape[1])
+    files[f'{name}/chunks.json'] = {'bytes': (d/'chunks.json').stat().st_size, 'sha256': file_digest(d/'chunks.json')}
+    return parts
+
+def _clear(path:Path):
+    "Make `path` an empty folder to save into: new, empty, or holding an earlier save (which is replaced)."
+    if path.exists() and not path.is_dir(): raise FileExistsError(f"{path} is a file, not a folder to save into")
+    if path.is_dir() and any(path.iterdir()):
+        if not (path/MANIFEST).exists():
+            raise FileExistsError(f"{path} holds files and no {MANIFEST}: save into a new or empty folder")
+        for p in path.iterdir():   # only what a save writes
+            if p.name in ('train', 'valid') and p.is_dir(): shutil.rmtree(p)
+            elif p.name in (MANIFEST, 'index.npy'): p.unlink()
+    path.mkdir(parents=True, exist_ok=True)
+
+def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
+    """Save the processed Tabular `to` in the folder `path` (see the module's docstring); `chunk_rows` rows a file.
+    Writes nothing but plain data: the learned state must be of `SAVED_TYPES` (a TypeError naming the column if not)."""
+    if is_dask(getattr(to, 'items', None)):
+        raise NotImplementedError("save a TabularDask: not yet; its packed rows are already chunks in `to.chunk_dir`")
+    if int(chunk_rows) != chunk_rows or chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    named = set(to.cat_names) | set(to.cont_names) | set(to.y_names)
+    columns = [c for c in to.column_names if c in named]
+    dtypes = to.released.dtypes if to.released is not None else dict(to.items.dtypes)
+    for c in columns:
+        d = dtypes[c]
+        if c not in to.multi_hot and not (isinstance(d, np.dtype) and d.kind in 'biuf'):
+            raise TypeError(f"column {c!r} holds {d} values after processing: a saved Tabular holds numbers (process "
+                            "it first, with Categorify for categories)")
+    procs = [_proc_state(p) for p in to.procs.fs]   # before writing: a TypeError leaves nothing behind
+    rows,layout = to.packed_rows('cpu')
+    path = Path(path)
+    _clear(path)
+    files = {}
+    meta = {'format': 'fastai_gpu_tabular.saved', 'version': FORMAT_VERSION,
+            'library': {'fastai_gpu_tabular': version('fastai_gpu_tabular') if _installed() else None,
+                        'fastai': version('fastai')},
+            'cat_names': list(to.cat_names), 'cont_names': list(to.cont_names), 'y_names': list(to.y_names),
+            'multi_hot': dict(to.multi_hot), 'columns': columns,
+            'dtypes': {c: 'object' if c in to.multi_hot else dtypes[c].name for c in columns},
+            'index': _index_entry(to.row_index, path, files), 'layout': layout.to_json(), 'width': rows.shape[1],
+            'procs': procs}
+    with progress_rows(len(rows), f'saving to {path}', progress) as pb:
+        meta['splits'] = {k: _write_split(path, k, r, layout, int(chunk_rows), files, pb)
+                          for k,r in (('train', rows[:to.split]), ('valid', rows[to.split:]))}
+    meta['files'] = files
+    # the manifest last: a save cut short has none, so it cannot be loaded
+    (path/MANIFEST).write_text(json.dumps(meta, allow_nan=False))   # no indent: C's encoder, not Python's
+    return path
+
+def _installed() -> bool:
+    try: return bool(version('fastai_gpu_tabular'))
+    except Exception: return False
+
+# --- load -------------------------------------------------------------------------------------------------------------
+def _read_manifest(path:Path) -> dict:
+    f = path/MANIFEST
+    if not f.exists():
+        raise SavedFormatError(f"{f} is missing: {path} holds no saved Tabular (or its save was cut short)")
+    try: meta = json.loads(f.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SavedFormatError(f"{f} is not valid JSON ({e}): altered or truncated") from None
+    if not isinstance(meta, dict) or meta.get('format') != 'fastai_gpu_tabular.saved':
+        raise SavedFormatError(f"{f} is not a saved Tabular's manifest")
+    if meta.get('version') != FORMAT_VERSION:
+        raise SavedFormatError(f"{f} is in format version {meta.get('version')!r}; this fastai_gpu_tabular reads "
+                               f"version {FORMAT_VERSION}: load it with the version that saved it "
+                               f"({(meta.get('library') or {}).get('fastai_gpu_tabular')})")
+    return meta
+
+def _read_index(path:Path, meta:dict, verify:bool):
+    ix = meta['index']
+    if 'file' not in ix: return pd.RangeIndex(ix['start'], ix['stop'], ix['step'])
+    if ix['file'] != 'index.npy': raise ValueError(f"an index file {ix['file']!r}")
+    b = _read_bytes(path/ix['file'], meta['files'][ix['file']], verify)
+    return pd.Index(np.load(io.BytesIO(b), allow_pickle=False))
+
+def _multi_hot_lists(codes:torch.Tensor, vocab:list) -> pd.Series:
+    "The lists of a multi-hot block of codes (padded with -1): each row's vocabulary values."
+    c = codes.numpy()
+    keep = c >= 0
+    vals = np.empty(len(vocab), dtype=object)
+    vals[:] = vocab
+    return [list(v) for v in np.split(vals[c[keep]], np.cumsum(keep.sum(1))[:-1])] if len(c) else []
+
+def _frame(rows:torch.Tensor, layout:Layout, meta:dict, procs:list, index) -> pd.DataFrame:
+    "The processed frame, from the packed rows: codes and numbers as the dtypes saved, multi-hot columns as lists."
+    cats, conts, *ys = unpack_rows(rows, layout)
+    bags = {n: w for p in procs for n,w in (getattr(p, 'multi_hot_lens', None) or {}).items()}
+    cat_names, mh = meta['cat_names'], meta['multi_hot']
+    spans = cat_spans([bags.get(n, 1) if n in mh else 1 for n in cat_names])
+    at = {n: cats[:, a] for n,(a,b) in zip(cat_names, spans) if n not in mh}
+    at.update({n: conts[:, j] for j,n in enumerate(meta['cont_names'])})
+    if ys: at.update({n: ys[0][:, j] for j,n in enumerate(meta['y_names'])})
+    plain = [c for c in meta['columns'] if c not in mh]
+    df = frame_of_tensors({c: at[c] for c in plain}, {c: np.dtype(meta['dtypes'][c]) for c in plain}, index)
+    classes = next((p.classes for p in procs if isinstance(p, fatc.Categorify)), {})
+    for n,(a,b) in zip(cat_names, spans):
+        if n in mh: df[n] = pd.Series(_multi_hot_lists(cats[:, a:b], list(classes[n].items)), index=index, dtype=object)
+    return df[meta['columns']]
+
+def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|None=None, verify:bool=True,
+                 progress:bool=True):
+    """The Tabular `save_tabular` saved in `path`, as a `cls` (use `TabularGPU.load`): checked file by file (size, and
+    sha256 unless `verify=False`), its procs made back from their state, its frame from the packed rows (conts as the
+    float32 batches hold), ready for `dataloaders()` on `device`; `backend` moves the frame ('cudf' or 'pandas')."""
+    path = Path(path)
+    meta = _read_manifest(path)
+    try:
+        procs = [_restore_proc(d) for d in meta['procs']]
+        index = _read_index(path, meta, verify)
+        # names and types from the file only from these sets: nothing it says is looked up elsewhere
+        if not all(dt in ('int32', 'int64', 'float32') for _,_,dt in meta['layout']): raise ValueError("a layout dtype")
+        layout, width = Layout.from_json(meta['layout']), int(meta['width'])
+        bad = [c for c,t in meta['dtypes'].items() if t != 'object' and np.dtype(t).kind not in 'biuf']
+        if bad: raise ValueError(f"columns {bad} of no numeric dtype")
+        splits = [[(f'{k}/{f}', int(n)) for f,n in meta['splits'][k]] for k in ('train', 'valid')]
+        bad = [f for s in splits for f,_ in s if not re.fullmatch(r'(train|valid)/part\.\d{5}\.npy', f)]
+        if bad: raise ValueError(f"rows files {bad[:3]} not named as a save names them")
+        for k in ('train', 'valid'): _read_bytes(path/k/'chunks.json', meta['files'][f'{k}/chunks.json'], verify)
+    except SavedFormatError: raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise SavedFormatError(f"{path/MANIFEST} does not describe a saved Tabular ({type(e).__name__}: {e}): "
+                               "altered") from e
+    n_train, total = sum(n for _,n in splits[0]), sum(n for s in splits for _,n in s)
+    if total != len(index): raise SavedFormatError(f"{path/MANIFEST}: {total} rows saved, {len(index)} row labels")
+    rows, at = torch.empty((total, width), dtype=torch.int32), 0
+    # each file hashed in a thread while the next one is read
+    with progress_rows(total, f'loading {path}', progress) as pb, ThreadPoolExecutor(1) as pool:
+        checks = []
+        for f,n in splits[0] + splits[1]:
+            h, buf = _read_rows(path/f, meta['files'][f], rows[at:at + n])
+            if verify: checks.append(pool.submit(_check_digest, path/f, meta['files'][f], h, buf))
+            at += n
+            pb.update(n)
+        for c in checks: c.result()   # the first file that differs, in row order
+    # on the host, a frame the packed rows can rebuild is left to them (as `release_frame` leaves it): built from its
+    # dtypes alone, then released; otherwise (multi-hot lists, or to cuDF) built from the rows now
+    lazy = backend in (None, 'pandas') and not meta['multi_hot']
+    df = to_backend(_frame(rows[:0] if lazy else rows, layout, meta, procs, index[:0] if lazy else index), backend)
+    to = cls(df, procs=procs, cat_names=meta['cat_names'], cont_names=meta['cont_names'], y_names=meta['y_names'],
+             y_block=TransformBlock(), do_setup=False, device=device, inplace=True, reduce_memory=False,
+             multi_hot=meta['multi_hot'])
+    to.split = n_train
+    # the packed rows as read: nothing is packed again
+    dev = frame_device(df)
+    to._packed[torch.device('cpu')] = (rows, layout)
+    if dev.type != 'cpu': to._packed[dev] = (rows.to(dev), layout)
+    if lazy and packs_whole(to):
+        to.released, to._items = ReleasedFrame(list(df.columns), dict(df.dtypes), index, dev), None
+    elif lazy: to.items = _frame(rows, layout, meta, procs, index)
+    return to

@@ -1,0 +1,323 @@
+"""`TabularGPU.save`/`load`: the processed rows and procs' state as plain data. A loaded Tabular against the one saved
+and fastai's TabularPandas on Adult, MovieLens (a multi-hot genres column, NaN filled) and flights (a Timestamp
+vocabulary); loaded in a fresh process where unpickling fails; damaged files, versions and bad state named."""
+import json, os, subprocess, sys
+from pathlib import Path
+import numpy as np, pandas as pd, pytest, torch
+from fastai.tabular.all import (CategoryBlock, FillMissing, Normalize, RandomSplitter, TabularPandas, TabularProc,
+                                range_of, set_seed, tabular_learner)
+from fastai.tabular import core as fatc
+from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU, decode_values, encode_values
+from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
+import fastai_gpu_tabular.core as fgc
+from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
+
+ADULT = dict(cat_names=['workclass', 'education', 'marital-status', 'occupation', 'gender', 'native-country'],
+             cont_names=['age', 'fnlwgt', 'educational-num', 'hours-per-week'], y_names='income',
+             y_block=CategoryBlock())
+
+@pytest.fixture(scope='module')
+def adult(): return load_adult()
+
+@pytest.fixture(scope='module')
+def ml(): return load_movielens()
+
+def _ml_kw(df, procs=None):
+    "MovieLens ratings: user and movie IDs, genres as a multi-hot column, year (NaN: FillMissing), a regression."
+    return dict(procs=procs or [Categorify, FillMissing, Normalize], cat_names=['userId', 'movieId', 'genres'],
+                cont_names=['year', 'timestamp'], y_names='rating', multi_hot={'genres': '|'},
+                splits=RandomSplitter(seed=0)(range_of(df)))
+
+def _batches(dl): return [[t.clone() for t in b] for b in dl]
+
+def assert_same_loaders(a, b):
+    "Unshuffled train and valid batches of two Tabulars' loaders: identical tensors."
+    for dl_a, dl_b in zip(a.dataloaders(bs=4096, shuffle=False, keep_frame=True).loaders,
+                          b.dataloaders(bs=4096, shuffle=False, keep_frame=True).loaders):
+        ba, bb = _batches(dl_a), _batches(dl_b)
+        assert len(ba) == len(bb)
+        for x,y in zip(ba, bb):
+            assert len(x) == len(y) and all(torch.equal(s, t) for s,t in zip(x, y))
+
+def assert_same_frame(saved, loaded):
+    "The processed frame, as the packed rows hold it: codes and targets exact, conts as their float32."
+    a, b = saved.items, loaded.items
+    assert list(b.columns) == [c for c in a.columns] and (b.index == a.index).all()
+    assert dict(b.dtypes) == dict(a.dtypes)
+    for c in a.columns:
+        if c in saved.multi_hot: assert list(b[c]) == list(a[c]), c
+        elif c in saved.cont_names: np.testing.assert_array_equal(b[c], a[c].astype(np.float32).astype(a[c].dtype), c)
+        else: np.testing.assert_array_equal(b[c], a[c], c)
+
+@pytest.mark.parametrize('procs', [[Categorify, FillMissing, Normalize], [Categorify, FillMissing]],
+                         ids=['normalized', 'int_conts'])
+def test_adult_as_saved_and_as_fastai(adult, tmp_path, procs):
+    "Conts normalized (the frame left to the packed rows, as `release_frame` leaves it) or integers (rebuilt at once)."
+    before = adult.copy()
+    ref, ours = build_both(adult, procs=procs,
+                           splits=RandomSplitter(seed=0)(range_of(adult)), **ADULT)
+    ours.save(tmp_path/'adult')
+    loaded = TabularGPU.load(tmp_path/'adult')
+    assert type(loaded) is TabularGPU and loaded.split == ours.split == len(ref.train)
+    assert (loaded.released is not None) == (Normalize in procs)
+    for a,b in [(loaded.classes[n], ref.classes[n]) for n in ref.cat_names] + [(loaded.vocab, ref.vocab)]:
+        assert type(a.o2i) is type(b.o2i) and a.o2i == b.o2i   # built on first use
+    assert_same_processing(ref, loaded)
+    assert_same_frame(ours, loaded)
+    assert_same_loaders(ours, loaded)
+    assert_same_batches(fastai_valid_batches(ref, 4096), loaded.dataloaders(bs=4096, shuffle=False).valid)
+    # saved again after `dataloaders()` released its frame, or from the loaded one: the same bytes
+    ours.dataloaders(bs=64)
+    ours.save(tmp_path/'again', progress=False)
+    loaded.save(tmp_path/'resaved', progress=False)
+    files = lambda d: json.loads((tmp_path/d/'tabular.json').read_text())['files']
+    assert files('adult') == files('again') == files('resaved')
+    pd.testing.assert_frame_equal(adult, before)
+
+def test_movielens_multi_hot_as_saved_and_as_fastai(ml, tmp_path):
+    "The genres block, the IDs' vocabularies (numpy ints), year's fill value and `year_na`, a regression target."
+    before = ml.copy()
+    ours = TabularGPU(ml, **_ml_kw(ml))
+    ours.save(tmp_path/'ml')
+    loaded = TabularGPU.load(tmp_path/'ml')
+    assert loaded.multi_hot == {'genres': '|'} and loaded.bag_widths == ours.bag_widths
+    assert loaded.cat_names == ['userId', 'movieId', 'genres', 'year_na']
+    for n in loaded.cat_names:
+        assert list(loaded.classes[n].items) == list(ours.classes[n].items), n
+        assert [type(o) for o in loaded.classes[n].items] == [type(o) for o in ours.classes[n].items], n
+    assert_same_frame(ours, loaded)
+    assert_same_loaders(ours, loaded)
+    # fastai's TabularPandas (which has no multi-hot columns) on the other columns
+    kw = _ml_kw(ml)
+    ref = TabularPandas(ml.copy(), procs=[fatc.Categorify, FillMissing, Normalize], cat_names=['userId', 'movieId'],
+                        cont_names=kw['cont_names'], y_names='rating', splits=kw['splits'])
+    items = loaded.items
+    for n in ref.cat_names:
+        assert list(loaded.classes[n].items) == list(ref.classes[n].items), n
+        assert [type(o) for o in loaded.classes[n].items] == [type(o) for o in ref.classes[n].items], n
+        np.testing.assert_array_equal(items[n], ref.items[n], n)
+    for d_ours, d_ref in ((loaded.na_dict, ref.na_dict), (loaded.means, ref.means), (loaded.stds, ref.stds)):
+        assert list(d_ours) == list(d_ref) and all(d_ours[k] == d_ref[k] and type(d_ours[k]) == type(d_ref[k])
+                                                   for k in d_ref)
+    for n in ref.cont_names:
+        np.testing.assert_array_equal(items[n], ref.items[n].astype(np.float32).astype(items[n].dtype))
+    np.testing.assert_array_equal(items['rating'], ref.items['rating'])
+    pd.testing.assert_frame_equal(ml, before)
+
+def test_fastai_categorify_and_timestamp_vocab(tmp_path):
+    """fastai's own Categorify class, a vocabulary of tz-aware Timestamps (flights' `time_hour`), NaN filled in two
+    conts, a classification target: as fastai's TabularPandas gives them."""
+    df = load_flights(nrows=20_000)
+    df['time_hour'] = pd.to_datetime(df['time_hour'])
+    kw = dict(procs=lambda: [fatc.Categorify, FillMissing, Normalize], cat_names=['time_hour', 'carrier', 'month'],
+              cont_names=['dep_delay', 'dep_time', 'distance'], y_names='origin', y_block=CategoryBlock(),
+              splits=RandomSplitter(seed=1)(range_of(df)))
+    ref, ours = build_both(df, **kw)
+    ours.save(tmp_path/'f')
+    loaded = TabularGPU.load(tmp_path/'f')
+    assert any(type(p) is fatc.Categorify for p in loaded.procs.fs)
+    assert isinstance(loaded.classes['time_hour'][1], pd.Timestamp)
+    assert_same_processing(ref, loaded)
+    assert_same_loaders(ours, loaded)
+    # new rows (later flights: times the vocabulary has and has not) encoded alike through the Timestamps read back
+    raw = load_flights(nrows=25_000).iloc[15_000:]
+    raw['time_hour'] = pd.to_datetime(raw['time_hour'])
+    a, b = (_batches(to.dataloaders(bs=1024, shuffle=False).test_dl(raw)) for to in (ours, loaded))
+    assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+    assert (a[0][0][:, 0] > 0).any() and (a[-1][0][:, 0] == 0).any()
+
+def test_new_rows_encode_as_in_memory(adult, ml, tmp_path, monkeypatch):
+    "test_dl on raw rows (unseen values, NaN, genres as strings) and show_batch: as from the Tabular saved."
+    for name,(df,kw) in {'adult': (adult, dict(procs=[Categorify, FillMissing, Normalize], **ADULT,
+                                               splits=RandomSplitter(seed=2)(range_of(adult)))),
+                         'ml': (ml, _ml_kw(ml))}.items():
+        ours = TabularGPU(df, **kw)
+        ours.save(tmp_path/name)
+        loaded = TabularGPU.load(tmp_path/name)
+        raw = df.sample(3000, random_state=0)
+        dls_a, dls_b = ours.dataloaders(bs=512, shuffle=False), loaded.dataloaders(bs=512, shuffle=False)
+        for x,y in zip(_batches(dls_a.test_dl(raw)), _batches(dls_b.test_dl(raw))):
+            assert all(torch.equal(s, t) for s,t in zip(x, y))
+        shown = []
+        monkeypatch.setattr(fgc, 'display_df', shown.append)
+        dls_a.valid.show_batch(max_n=20)
+        dls_b.valid.show_batch(max_n=20)
+        pd.testing.assert_frame_equal(shown[0], shown[1])
+
+def test_training_from_loaded_is_the_same(adult, tmp_path):
+    "One epoch from the loaded Tabular and from the one saved, same seed: the same weights, bit for bit."
+    df = adult.iloc[:6000]
+    ours = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomSplitter(seed=0)(range_of(df)),
+                      **ADULT)
+    ours.save(tmp_path/'a')
+    loaded = TabularGPU.load(tmp_path/'a')
+    weights = []
+    for to in (ours, loaded):
+        set_seed(0)
+        learn = tabular_learner(to.dataloaders(bs=256), layers=[32])
+        with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+        weights.append([p.detach().clone() for p in learn.model.parameters()])
+    assert all(torch.equal(a, b) for a,b in zip(*weights))
+
+_FRESH = r"""
+import sys, os, numpy as np
+path, out = sys.argv[1], sys.argv[2]
+from fastai_gpu_tabular.all import TabularGPU
+opened = []
+def hook(event, args):
+    if event == 'pickle.find_class': raise RuntimeError(f'unpickling {args}')
+    if event == 'open' and isinstance(args[0], str) and args[0].startswith(path): opened.append(args[0])
+sys.addaudithook(hook)
+to = TabularGPU.load(path, progress=False)
+dls = to.dataloaders(bs=4096, shuffle=False)
+for i,b in enumerate(dls.valid):
+    np.save(f'{out}/b{i}.npy', np.concatenate([t.numpy().view(np.int32).reshape(len(t), -1) for t in b], 1))
+import pickle, pathlib
+try: pickle.loads(pickle.dumps(pathlib.Path('x'))); print('the hook missed an unpickling')
+except RuntimeError: pass
+print('\n'.join(sorted(set(opened))))
+"""
+
+def test_fresh_process_reads_no_pickle(ml, tmp_path):
+    "Loaded in a new Python process whose unpickling raises: the batches of the Tabular saved, from .npy and .json."
+    ours = TabularGPU(ml, **_ml_kw(ml))
+    ours.save(tmp_path/'ml')
+    (tmp_path/'out').mkdir()
+    root = str(Path(__file__).parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get('PYTHONPATH', '')]))
+    res = subprocess.run([sys.executable, '-c', _FRESH, str(tmp_path/'ml'), str(tmp_path/'out')], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    opened = res.stdout.split()
+    assert opened and all(f.endswith(('.npy', '.json')) for f in opened)
+    want = [np.concatenate([t.numpy().view(np.int32).reshape(len(t), -1) for t in b], 1)
+            for b in ours.dataloaders(bs=4096, shuffle=False).valid]
+    got = [np.load(tmp_path/'out'/f'b{i}.npy') for i in range(len(want))]
+    assert len(list((tmp_path/'out').iterdir())) == len(want)
+    for a,b in zip(want, got): np.testing.assert_array_equal(a, b)
+
+@pytest.fixture
+def saved(adult, tmp_path):
+    df = adult.iloc[:5000]
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomSplitter(seed=0)(range_of(df)),
+                    **ADULT)
+    to.save(tmp_path/'s', chunk_rows=1500)
+    return tmp_path/'s'
+
+def test_truncated_file_is_named(saved):
+    f = saved/'train'/'part.00001.npy'
+    f.write_bytes(f.read_bytes()[:-5])
+    with pytest.raises(SavedFormatError, match=r"part\.00001\.npy.*truncated"): TabularGPU.load(saved)
+
+def _flip(f:Path, at:int=-3):
+    b = bytearray(f.read_bytes())
+    b[at] ^= 1
+    f.write_bytes(bytes(b))
+
+@pytest.mark.parametrize('name', ['train/part.00001.npy', 'valid/part.00000.npy', 'train/chunks.json', 'index.npy'])
+def test_altered_file_is_named(saved, name):
+    "One bit changed in a rows file, a chunk list or the row index: that file named; not read with verify=False."
+    _flip(saved/name, -3 if name.endswith('.npy') else 3)
+    with pytest.raises(SavedFormatError, match=name.replace('.', r'\.') + " does not match the sha256"):
+        TabularGPU.load(saved)
+    if name.startswith('train/part'): TabularGPU.load(saved, verify=False)   # sizes and headers are still checked
+
+def test_missing_file_and_manifest(saved):
+    (saved/'train'/'part.00000.npy').unlink()
+    with pytest.raises(SavedFormatError, match=r"part\.00000\.npy is missing"): TabularGPU.load(saved)
+    m = saved/'tabular.json'
+    m.write_text(m.read_text()[:-20])
+    with pytest.raises(SavedFormatError, match=r"tabular\.json is not valid JSON"): TabularGPU.load(saved)
+    m.unlink()
+    with pytest.raises(SavedFormatError, match=r"tabular\.json is missing"): TabularGPU.load(saved)
+
+def test_unknown_version_and_proc_type(saved):
+    m = saved/'tabular.json'
+    meta = json.loads(m.read_text())
+    m.write_text(json.dumps({**meta, 'version': 99}))
+    with pytest.raises(SavedFormatError, match=r"tabular\.json is in format version 99"): TabularGPU.load(saved)
+    for k,v,msg in (('procs', 'os.system', r"'os\.system'"), ('splits', '../../x.npy', r"\.\./\.\./x\.npy"),
+                    ('layout', 'load', 'layout dtype')):
+        bad = json.loads(json.dumps(meta))
+        if k == 'procs': bad['procs'][0]['type'] = v
+        elif k == 'splits': bad['splits']['train'][0][0] = v
+        else: bad['layout'][0][2] = v
+        m.write_text(json.dumps(bad))
+        with pytest.raises(SavedFormatError, match=r"tabular\.json does not describe.*" + msg): TabularGPU.load(saved)
+
+def test_unsupported_state_named_at_save(adult, tmp_path):
+    "A vocabulary of values JSON cannot type (Python dates), a proc with no saved form: named, nothing written."
+    df = adult.iloc[:3000].copy()
+    df['day'] = pd.to_datetime('2020-01-01') + pd.to_timedelta(df['age'] % 7, unit='D')
+    df['day'] = df['day'].dt.date   # object column of datetime.date
+    before = df.copy()
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], **{**ADULT, 'cat_names': ['day', 'workclass']})
+    with pytest.raises(TypeError, match=r"Categorify\.classes\['day'\] holds datetime\.date"): to.save(tmp_path/'x')
+    assert not (tmp_path/'x').exists()
+    pd.testing.assert_frame_equal(df, before)
+    class Clip(TabularProc):
+        def encodes(self, to): return to
+    to = TabularGPU(df, procs=[Categorify, Clip], **{**ADULT, 'cat_names': ['workclass']})
+    with pytest.raises(TypeError, match=r"proc Clip .* has no saved form"): to.save(tmp_path/'x')
+    (tmp_path/'y').mkdir()
+    (tmp_path/'y'/'notes.txt').write_text('mine')
+    to = TabularGPU(df, procs=[Categorify], **{**ADULT, 'cat_names': ['workclass']})
+    with pytest.raises(FileExistsError, match="no tabular.json"): to.save(tmp_path/'y')
+    assert to.save(tmp_path/'z') == tmp_path/'z' and to.save(tmp_path/'z') == tmp_path/'z'   # a save replaces a save
+
+@pytest.mark.parametrize('v', [np.float32('nan'), np.float64('-inf'), float('nan'), np.int16(-7), np.uint64(2**63),
+                               np.bool_(True), True, 3, 'x', pd.Timestamp('2013-01-01 05:00', tz='America/New_York')])
+def test_typed_values_round_trip(v):
+    "Each value type a saved Tabular holds comes back as that type and value (NaN as NaN), through strict JSON."
+    back = decode_values(json.loads(json.dumps(encode_values([v, v], 'x'), allow_nan=False)))
+    assert [type(o) for o in back] == [type(v)] * 2
+    same = (lambda a: np.isnan(a)) if isinstance(v, (float, np.floating)) and np.isnan(v) else (lambda a: a == v)
+    assert all(same(o) for o in back)
+    if isinstance(v, pd.Timestamp): assert str(back[0].tz) == str(v.tz)
+
+def test_progress_lines_and_silence(saved, capsys):
+    "Not a terminal: a plain line for the load with its rows and rows/s; nothing with progress=False."
+    TabularGPU.load(saved)
+    out = capsys.readouterr().out
+    assert 'loading' in out and '5,000 rows' in out and 'rows/s' in out
+    TabularGPU.load(saved, progress=False)
+    assert capsys.readouterr().out == ''
+
+@pytest.mark.cuda
+def test_load_onto_the_gpu(adult, tmp_path):
+    ours = TabularGPU(adult, procs=[Categorify, FillMissing, Normalize], **ADULT)
+    ours.save(tmp_path/'g')
+    loaded = TabularGPU.load(tmp_path/'g', device='cuda')
+    a, b = ours.dataloaders(bs=4096, shuffle=False, device='cpu'), loaded.dataloaders(bs=4096, shuffle=False)
+    for x,y in zip(a.valid, b.valid):
+        assert y[0].is_cuda and all(torch.equal(s, t.cpu()) for s,t in zip(x, y))
+
+def test_bench_suite_small(tmp_path):
+    "`--suite saved` at a tiny N: the table, and sizes that add up (no timing asserted)."
+    out = tmp_path/'saved.json'
+    res = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular.bench', '--suite', 'saved', '--saved-rows', '3000',
+                          '--out', str(out)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent)))
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(out.read_text())['saved']
+    assert 'load (sha256 checked)' in res.stdout and r['rows'] == 3000
+    assert r['packed_bytes'] == 3000 * r['width'] * 4 < r['rows_file_bytes'] < r['disk_bytes']
+    assert r['disk_bytes'] == r['rows_file_bytes'] + r['state_bytes']
+
+def test_folders_are_packed_chunks(saved):
+    "train/ and valid/ are `PackedChunks` folders: the streaming loader reads the rows a load gives."
+    from fastai_gpu_tabular.all import PackedChunks, StreamDataLoader
+    loaded = TabularGPU.load(saved, progress=False)
+    rows, layout = loaded.packed_rows('cpu')
+    train, valid = PackedChunks(saved/'train'), PackedChunks(saved/'valid')
+    assert len(train.files) == 3 and train.layout == layout and valid.layout == layout
+    assert torch.equal(torch.cat([train.load(), valid.load()]), rows) and len(train) == loaded.split
+    a, b = _batches(StreamDataLoader(valid, bs=256, shuffle=False)), _batches(loaded.dataloaders(bs=256).valid)
+    assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+
+def test_dask_tabular_is_not_saved_yet(adult, tmp_path):
+    dd = pytest.importorskip('dask.dataframe', reason='the `dask` extra')
+    to = TabularGPU(dd.from_pandas(adult.iloc[:2000], npartitions=2), procs=[Categorify], cat_names=['workclass'],
+                    y_names='income', y_block=CategoryBlock(), chunk_dir=tmp_path/'c', progress=False)
+    with pytest.raises(NotImplementedError, match='TabularDask'): to.save(tmp_path/'d')
+    assert not (tmp_path/'d').exists()
