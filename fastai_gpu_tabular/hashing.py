@@ -22,8 +22,9 @@ from fastai.tabular.core import Tabular, TabularProc
 
 from .backend import Column, codes_dtype, is_cudf, require_cudf, to_host
 
-__all__ = ['murmur3_32', 'hash_values', 'hash_column', 'bucket_labels', 'is_bucket_dtype', 'oov_buckets', 'check_buckets', 'HashBucket',
-           'HashedCross', 'cross_name']
+__all__ = ['murmur3_32', 'hash_values', 'hash_column', 'bucket_labels', 'is_bucket_dtype', 'oov_buckets', 'check_buckets',
+           'HashBucket', 'HashedCross', 'cross_name', 'cross_values', 'host_specs', 'host_sources',
+           'host_input']
 
 _C1, _C2 = np.uint32(0xcc9e2d51), np.uint32(0x1b873593)
 _ROWS = 1 << 16   # strings hashed per block: bounds the padded byte matrix
@@ -179,12 +180,20 @@ def _as_buckets(h:np.ndarray, miss:np.ndarray, num_buckets:int, like:Column, nam
                     name=name)
     return require_cudf().from_pandas(res) if is_cudf(like) else res
 
+def _labels(buckets:np.ndarray, miss:np.ndarray, na) -> np.ndarray:
+    "The label of each row's bucket ('#bucket{k}#'), `na` where missing: the labels made once per distinct bucket."
+    u, inv = np.unique(buckets, return_inverse=True)
+    res = np.array(bucket_labels(int(u.max()) + 1) if len(u) else [], dtype=object)[u][inv.reshape(-1)]
+    res[miss] = na
+    return res
+
 class HashBucket(TabularProc):
     """Hash each of the cat columns `names` into `num_buckets` buckets, with no vocabulary (NVTabular's `HashBucket`,
     Keras' `Hashing`): the column becomes a categorical of the bucket labels '#bucket{k}#', which `Categorify` (after
     it in procs) encodes as codes 1..num_buckets, k+1 for bucket k (0: missing, `#na#`), so its embedding has
     num_buckets+1 rows (Categorify's min_freq, max_vocab and num_buckets leave such a column alone). The bucket is `murmur3_32(value, seed) % num_buckets` (see this module's docstring): the same
     in any process, on pandas, cuDF and Dask. `num_buckets` may be a dict {name: buckets}."""
+    order = -1
     def __init__(self, names:list|str, num_buckets:int|dict, seed:int=0):
         names = [names] if isinstance(names, str) else list(names)
         nb = dict(num_buckets) if isinstance(num_buckets, dict) else {n: num_buckets for n in names}
@@ -244,7 +253,10 @@ class HashedCross(TabularProc):
     `cross_name` ('a_X_b'): a row's value is its parts' values joined by '_X_' ('M_X_25'; missing where a part is).
     With `num_buckets` unset the cross is exact, and Categorify (after it in procs) learns its vocabulary from the
     training rows; with `num_buckets` (an int, or {cross name: int}) it is hashed into buckets as `HashBucket` does
-    (the hash of the joined text, see this module's docstring). The parts must be named columns (cat or cont)."""
+    (the hash of the joined text, see this module's docstring). The parts must be named columns (cat or cont); it runs
+    first (`order` -2, before HashBucket), on their raw values. A float part is written as its text: as the float the Tabular holds
+    (fastai's `reduce_memory` makes a float64 column float32), an integral one as an int."""
+    order = -2
     def __init__(self, names:list, num_buckets:int|dict|None=None, seed:int=0):
         names = [names] if names and isinstance(names[0], str) else list(names)
         bad = [p for p in names if isinstance(p, str) or len(p) < 2]
@@ -285,3 +297,41 @@ def _check_cols(to, names, what):
     lists = [n for n in names if n in getattr(to, 'multi_hot', {})]
     if lists: raise TypeError(f"{what} hashes one value a row: column(s) {lists} hold lists (multi-hot), which "
                               "cannot be hashed")
+
+def host_sources(spec:dict) -> list:
+    "The raw columns `host_input` reads for `spec`."
+    return spec['hash'] if 'hash' in spec else host_sources(spec['made']) if 'made' in spec else [spec['oov_of']]
+
+def host_specs(procs) -> dict:
+    """{column: what makes it from raw columns} for the columns the hashing procs among `procs` make, which an ONNX
+    graph cannot (it has no MurmurHash3): `onnx_inputs` computes them on the host with `host_input`."""
+    res = {}
+    for p in procs:
+        if isinstance(p, HashBucket): res.update({n: dict(hash=[n], buckets=p.num_buckets[n], seed=p.seed) for n in p.names})
+        elif isinstance(p, HashedCross):
+            res.update({n: dict(hash=list(q), buckets=p.num_buckets[n], seed=p.seed) for q,n in zip(p.names, p.made_names)})
+    return res
+
+def host_input(df:pd.DataFrame, spec:dict, name:str, na:str|None) -> np.ndarray:
+    """Column `name` as the procs make it before Categorify, from the raw frame `df` (`spec` from `host_specs`): bucket
+    labels or a cross's text as strings (`na` where missing); or, for `spec` {'oov_of', 'offset', 'buckets', 'seed'},
+    the out-of-vocabulary bucket code (int64) of each row of the column `oov_of` (0 where missing), itself made as
+    `spec['made']` says if given (an exact cross)."""
+    if 'oov_of' in spec:
+        of = spec['oov_of']
+        col = pd.Series(host_input(df, spec['made'], of, None), index=df.index) if 'made' in spec else df[of]
+        h, miss = hash_column(col, spec['seed'])
+        return np.where(miss, 0, spec['offset'] + (h % np.uint32(spec['buckets'])).astype(np.int64))
+    nb, seed = spec['buckets'], spec['seed']
+    if len(spec['hash']) == 1:
+        h, miss = hash_column(df[spec['hash'][0]], seed)
+        return _labels(h % np.uint32(nb), miss, na)
+    codes, values = cross_values([df[c] for c in spec['hash']], name)
+    miss = codes < 0
+    if nb is None: res = values[np.maximum(codes, 0)] if len(values) else np.full(len(codes), na, dtype=object)
+    else:
+        h = hash_values(values, seed, name)
+        res = _labels(h[np.maximum(codes, 0)] % np.uint32(nb) if len(h) else np.zeros(len(codes), np.uint32), miss, na)
+    res = np.asarray(res, dtype=object).copy()
+    res[miss] = na
+    return res

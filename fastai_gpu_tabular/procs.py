@@ -120,13 +120,14 @@ def buckets_of(proc, n) -> int:
     return (getattr(proc, 'bucket_counts', None) or {}).get(n, 0)
 
 def learn_bucket_counts(proc, to) -> dict:
-    """{column: buckets} of `Categorify(num_buckets)`: an int buckets every single-hot column (but those HashBucket or
-    HashedCross made, all buckets already), a dict the ones it names."""
+    """{column: buckets} of `Categorify(num_buckets)`: an int buckets every single-hot column but those HashBucket or
+    HashedCross made (all buckets already) and FillMissing's `_na` flags (True/False); a dict the ones it names."""
     nb = getattr(proc, 'num_buckets', None)
     if not nb: return {}
-    hashed = lambda n: is_bucket_dtype(to.items[n].dtype)
-    if not isinstance(nb, dict): return {n: int(nb) for n in to.cat_names if n not in to.multi_hot and not hashed(n)}
-    bad = [n for n in nb if n not in to.cat_names or n in to.multi_hot or hashed(n)]
+    skip = lambda n: (n in to.multi_hot or is_bucket_dtype(to.items[n].dtype)
+                      or (n.endswith('_na') and n[:-3] in to.cont_names))
+    if not isinstance(nb, dict): return {n: int(nb) for n in to.cat_names if not skip(n)}
+    bad = [n for n in nb if n not in to.cat_names or skip(n)]
     if bad: raise ValueError(f"Categorify(num_buckets) names {bad}, which are not single-hot cat columns")
     return {n: int(v) for n,v in nb.items()}
 

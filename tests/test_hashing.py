@@ -199,8 +199,10 @@ def test_exact_cross_is_fastais_categorify_of_the_joined_column(adult):
 
 @pytest.mark.parametrize('seed', [0, 5])
 def test_hashed_cross_codes(ml, seed):
-    "A hashed cross of an int and a float-with-NaN column: code = sklearn's hash of the joined text % N + 1."
-    to = TabularGPU(ml, procs=[HashedCross([('userId', 'year')], num_buckets=700, seed=seed), Categorify, FillMissing],
+    """A hashed cross of an int and a float-with-NaN column: code = sklearn's hash of the joined text % N + 1, of the
+    raw values though a HashBucket listed first hashes one of them."""
+    to = TabularGPU(ml, procs=[HashBucket('userId', 10), HashedCross([('userId', 'year')], num_buckets=700, seed=seed),
+                               Categorify, FillMissing],
                     cat_names=['userId'], cont_names=['year'], y_names='rating')
     text = _cross_text(ml, ('userId', 'year'))
     assert text.isna().any() and text.dropna().str.match(r'^\d+_X_\d{4}$').all()
@@ -279,3 +281,34 @@ def test_cudf_murmur3_is_this_hash(ml, adult):
         for seed in SEEDS:
             got = cudf.Series(vals).hash_values(method='murmur3', seed=seed).to_numpy().astype(np.uint32)
             np.testing.assert_array_equal(got, hash_values(vals, seed))
+
+# --- ONNX ---------------------------------------------------------------------------------------------------------
+def test_onnx_hashes_on_the_host_and_matches_get_preds(ml, tmp_path):
+    """export_onnx with HashBucket, exact and hashed crosses and Categorify(num_buckets): `onnx_inputs` hashes on the
+    host, and onnxruntime's predictions on held-out rows (unseen movies: in the buckets) are `get_preds`' (the same
+    float32 graph: export_onnx's own tolerance, tests/test_export.py)."""
+    ort = pytest.importorskip('onnxruntime')
+    pytest.importorskip('onnxscript')
+    from fastai_gpu_tabular.export import export_onnx, onnx_inputs
+    df = ml.iloc[:20000]
+    procs = [HashBucket('userId', 64, seed=1), HashedCross([('userId', 'movieId')], 500, seed=2),
+             HashedCross([('genres', 'year')]), Categorify(min_freq=3, num_buckets=20, seed=4), FillMissing, Normalize]
+    to = TabularGPU(df, procs=procs, cat_names=['userId', 'movieId', 'genres'], cont_names=['year', 'timestamp'],
+                    y_names='rating', splits=_ml_split(df, 0.9))
+    torch.manual_seed(0)
+    learn = tabular_learner(to.dataloaders(bs=1024), layers=[16], y_range=(0.5, 5.5))
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+    path = export_onnx(learn, tmp_path/'hashed.onnx')
+    rows = ml.iloc[20000:23000].drop(columns='rating').copy()
+    rows.loc[rows.index[:5], 'year'] = np.nan
+    rows.loc[rows.index[5:10], 'genres'] = None
+    sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+    inputs = onnx_inputs(rows, sess)
+    assert {'userId', 'movieId#bucket', 'userId_X_movieId', 'genres_X_year', 'genres#bucket'} <= set(inputs)
+    out = sess.run(None, inputs)[0]
+    dl = learn.dls.test_dl(rows)
+    with learn.no_bar(): preds, _ = learn.get_preds(dl=dl)
+    np.testing.assert_allclose(out, preds.numpy(), atol=1e-5, rtol=0)
+    v = len(to.classes['movieId']) - 1 - 20
+    assert (dl.dataset.items.movieId > v).sum() > 100   # the held-out rows do reach the buckets
+    assert (dl.dataset.items.genres_X_year == 0).sum() >= 10   # and missing parts: #na#
