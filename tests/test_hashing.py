@@ -181,7 +181,7 @@ def _cross_text(df, parts):
     txt = [df[p].map(lambda v: str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)) for p in parts]
     out = txt[0]
     for t in txt[1:]: out = out + '_X_' + t
-    return out.where(df[list(parts)].notna().all(axis=1), None).astype(object)
+    return out.astype(object).where(df[list(parts)].notna().all(axis=1), np.nan)   # NaN: fastai's missing
 
 def test_exact_cross_is_fastais_categorify_of_the_joined_column(adult):
     """An exact cross: Categorify's vocabulary and codes are fastai's on the column pandas joins (missing if a part is).
