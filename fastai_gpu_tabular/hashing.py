@@ -22,8 +22,8 @@ from fastai.tabular.core import Tabular, TabularProc
 
 from .backend import Column, codes_dtype, is_cudf, require_cudf, to_host
 
-__all__ = ['murmur3_32', 'hash_values', 'hash_column', 'bucket_labels', 'is_bucket_dtype', 'oov_buckets', 'check_buckets',
-           'HashBucket', 'HashedCross', 'cross_name', 'cross_values', 'host_specs', 'host_sources',
+__all__ = ['murmur3_32', 'hash_values', 'hash_column', 'bucket_labels', 'is_bucket_dtype', 'oov_buckets',
+           'check_buckets', 'HashBucket', 'HashedCross', 'cross_name', 'cross_values', 'host_specs', 'host_sources',
            'host_input']
 
 _C1, _C2 = np.uint32(0xcc9e2d51), np.uint32(0x1b873593)
@@ -47,6 +47,11 @@ def _murmur3_blocks(words:np.ndarray, lens:np.ndarray, seed:int) -> np.ndarray:
     h = np.full(len(lens), seed, np.uint32)
     full, rem = lens // 4, lens % 4
     with np.errstate(over='ignore'):
+        if len(lens) and (lens == lens[0]).all() and lens[0] % 4 == 0:   # keys of one length in whole words: no masks
+            for j in range(int(full[0])):
+                h ^= _mix_k(words[:, j].copy())
+                h = _rotl(h, 13) * np.uint32(5) + np.uint32(0xe6546b64)
+            return _fmix(h ^ lens.astype(np.uint32))
         for j in range(words.shape[1]):
             k = _mix_k(words[:, j].copy())
             body, tail = j < full, (j == full) & (rem > 0)
@@ -87,7 +92,7 @@ def check_buckets(num_buckets, what='num_buckets') -> int:
     return int(num_buckets)
 
 def _number_bytes(a:np.ndarray) -> np.ndarray:
-    "The 8 key bytes (rows of a uint8 array) of numbers: ints and bools as int64, integral floats as ints, else float64."
+    "The 8 key bytes (rows of a uint8 array) of numbers: ints, bools and integral floats as int64, others as float64."
     if a.dtype.kind in 'biu': return a.astype('<u8' if a.dtype.kind == 'u' else '<i8').view(np.uint8).reshape(-1, 8)
     a = a.astype('<f8')
     integral = (np.floor(a) == a) & (np.abs(a) < 2.0**63)
@@ -124,7 +129,7 @@ def hash_values(values, seed:int=0, name=None) -> np.ndarray:
     return out
 
 def _factorize(col:Column, name=None) -> tuple:
-    "`(codes, uniques)` of a column on the host: int64 codes (-1: missing) and its distinct values (a categorical's categories)."
+    "`(codes, uniques)` of a column on the host: int64 codes (-1: missing) and its distinct values (or categories)."
     if is_cudf(col):   # distinct values found on the device; only they and the codes come to the host
         codes, uniq = col.factorize()
         return to_host(codes).astype(np.int64), to_host(uniq).to_numpy()
@@ -142,7 +147,14 @@ def _on_backend(like:Column, a:np.ndarray, name=None):
 
 def hash_column(col:Column, seed:int=0) -> tuple:
     """`(hashes, missing)`: the uint32 hash of each row of `col` (a pandas or cuDF Series) and a bool mask of its
-    missing rows (whose hash is 0), as host arrays: the distinct values are hashed, then gathered by their codes."""
+    missing rows (whose hash is 0), as host arrays: the distinct values are hashed, then gathered by their codes; a
+    NumPy number column is hashed row by row, which costs less than finding its distinct values."""
+    if not is_cudf(col) and isinstance(col.dtype, np.dtype) and col.dtype.kind in 'biuf':
+        a = col.to_numpy()
+        miss = np.isnan(a) if a.dtype.kind == 'f' else np.zeros(len(a), bool)
+        h = np.zeros(len(a), np.uint32)
+        h[~miss] = hash_values(a[~miss] if miss.any() else a, seed, col.name)
+        return h, miss
     codes, uniq = _factorize(col)
     h = hash_values(uniq, seed, col.name)
     miss = codes < 0
@@ -191,8 +203,9 @@ class HashBucket(TabularProc):
     """Hash each of the cat columns `names` into `num_buckets` buckets, with no vocabulary (NVTabular's `HashBucket`,
     Keras' `Hashing`): the column becomes a categorical of the bucket labels '#bucket{k}#', which `Categorify` (after
     it in procs) encodes as codes 1..num_buckets, k+1 for bucket k (0: missing, `#na#`), so its embedding has
-    num_buckets+1 rows (Categorify's min_freq, max_vocab and num_buckets leave such a column alone). The bucket is `murmur3_32(value, seed) % num_buckets` (see this module's docstring): the same
-    in any process, on pandas, cuDF and Dask. `num_buckets` may be a dict {name: buckets}."""
+    num_buckets+1 rows (Categorify's min_freq, max_vocab and num_buckets leave such a column alone). The bucket is
+    `murmur3_32(value, seed) % num_buckets` (see this module's docstring): the same in any process, on pandas, cuDF and
+    Dask. `num_buckets` may be a dict {name: buckets}. It runs early (`order` -1), on the raw values."""
     order = -1
     def __init__(self, names:list|str, num_buckets:int|dict, seed:int=0):
         names = [names] if isinstance(names, str) else list(names)
@@ -253,9 +266,9 @@ class HashedCross(TabularProc):
     `cross_name` ('a_X_b'): a row's value is its parts' values joined by '_X_' ('M_X_25'; missing where a part is).
     With `num_buckets` unset the cross is exact, and Categorify (after it in procs) learns its vocabulary from the
     training rows; with `num_buckets` (an int, or {cross name: int}) it is hashed into buckets as `HashBucket` does
-    (the hash of the joined text, see this module's docstring). The parts must be named columns (cat or cont); it runs
-    first (`order` -2, before HashBucket), on their raw values. A float part is written as its text: as the float the Tabular holds
-    (fastai's `reduce_memory` makes a float64 column float32), an integral one as an int."""
+    (the hash of the joined text, see this module's docstring). The parts must be named columns (cat or cont); it
+    runs first (`order` -2, before HashBucket), on their raw values. A float part is written as its text: as the
+    float the Tabular holds (fastai's `reduce_memory` makes float64 float32), an integral one as an int."""
     order = -2
     def __init__(self, names:list, num_buckets:int|dict|None=None, seed:int=0):
         names = [names] if names and isinstance(names[0], str) else list(names)
@@ -307,9 +320,10 @@ def host_specs(procs) -> dict:
     graph cannot (it has no MurmurHash3): `onnx_inputs` computes them on the host with `host_input`."""
     res = {}
     for p in procs:
-        if isinstance(p, HashBucket): res.update({n: dict(hash=[n], buckets=p.num_buckets[n], seed=p.seed) for n in p.names})
-        elif isinstance(p, HashedCross):
-            res.update({n: dict(hash=list(q), buckets=p.num_buckets[n], seed=p.seed) for q,n in zip(p.names, p.made_names)})
+        if isinstance(p, HashBucket): parts = [(n, [n]) for n in p.names]
+        elif isinstance(p, HashedCross): parts = [(n, list(q)) for q,n in zip(p.names, p.made_names)]
+        else: continue
+        res.update({n: dict(hash=q, buckets=p.num_buckets[n], seed=p.seed) for n,q in parts})
     return res
 
 def host_input(df:pd.DataFrame, spec:dict, name:str, na:str|None) -> np.ndarray:

@@ -84,7 +84,8 @@ def test_column_hash_is_the_same_in_every_dtype(ml):
 def test_categorify_without_buckets_is_fastais(name, adult, ml):
     "Categorify with num_buckets unset (and a seed) processes as fastai's Categorify: vocab, codes, embedding sizes."
     if name == 'adult':
-        df, kw = adult, dict(cat_names=['workclass', 'occupation', 'native-country'], cont_names=['age'], y_names='income')
+        df, kw = adult, dict(cat_names=['workclass', 'occupation', 'native-country'], cont_names=['age'],
+                             y_names='income')
     else: df, kw = ml, dict(cat_names=['userId', 'movieId'], cont_names=['year'], y_names='rating')
     ref = TabularPandas(df.copy(), procs=[FastaiCategorify, FillMissing, Normalize], splits=_ml_split(df),
                         **{k: list(v) if isinstance(v, list) else v for k,v in kw.items()})
@@ -145,7 +146,8 @@ def test_hash_bucket_codes(ml, adult, seed):
     "HashBucket: code = sklearn's hash % N + 1 on every row (0 where missing), N+1 embedding rows, decoded labels."
     to = TabularGPU(ml, procs=[HashBucket(['userId', 'title'], {'userId': 64, 'title': 1000}, seed=seed), Categorify,
                                FillMissing, Normalize],
-                    cat_names=['userId', 'movieId', 'title'], cont_names=['year'], y_names='rating', splits=_ml_split(ml))
+                    cat_names=['userId', 'movieId', 'title'], cont_names=['year'], y_names='rating',
+                    splits=_ml_split(ml))
     for n, nb, key in (('userId', 64, _sk_int), ('title', 1000, _sk)):
         np.testing.assert_array_equal(to.items[n], _buckets(ml[n], key, seed, nb))
         assert list(to.classes[n]) == ['#na#'] + bucket_labels(nb)
@@ -312,3 +314,10 @@ def test_onnx_hashes_on_the_host_and_matches_get_preds(ml, tmp_path):
     v = len(to.classes['movieId']) - 1 - 20
     assert (dl.dataset.items.movieId > v).sum() > 100   # the held-out rows do reach the buckets
     assert (dl.dataset.items.genres_X_year == 0).sum() >= 10   # and missing parts: #na#
+
+def test_bench_suite_small():
+    "`python -m fastai_gpu_tabular.bench --suite hashing`'s function, small: each way timed, its table made."
+    from fastai_gpu_tabular.bench.hashing import format_table, hashing_suite
+    res = hashing_suite(rows=(3000,), reps=1)
+    assert set(res) == {'int_3000', 'str_3000'} and all(r['murmur3_distinct'] > 0 for r in res.values())
+    assert 'hash_pandas_object' in format_table(res)

@@ -1,5 +1,5 @@
 """Hashed buckets and crosses on a Dask frame: the learned state and the packed rows of the in-memory `TabularGPU` on
-the same MovieLens rows (HashBucket, exact and hashed HashedCross, Categorify(min_freq, num_buckets)), and a test frame."""
+the same MovieLens rows (HashBucket, exact and hashed HashedCross, Categorify(min_freq, num_buckets)); a test frame."""
 import numpy as np, pytest, torch
 
 dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
