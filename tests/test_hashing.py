@@ -3,7 +3,8 @@ is fastai's Categorify plus buckets for the values its vocabulary drops, `HashBu
 their definition says, and bad input fails early, naming the column, leaving the caller's frame alone."""
 import numpy as np, pandas as pd, pytest, torch
 from sklearn.utils import murmurhash3_32
-from fastai.tabular.all import Categorify as FastaiCategorify, FillMissing, Normalize, TabularPandas, get_emb_sz
+from fastai.tabular.all import (Categorify as FastaiCategorify, FillMissing, Normalize, TabularPandas, get_emb_sz,
+                                load_learner)
 from fastai_gpu_tabular.all import (Categorify, HashBucket, HashedCross, TabularGPU, bucket_labels, hash_column,
                                     hash_values, murmur3_32, tabular_learner)
 from fastai_gpu_tabular.backend import to_pandas
@@ -212,8 +213,9 @@ def test_hashed_cross_codes(ml, seed):
     np.testing.assert_array_equal(to.items.userId_X_year, want)
     assert len(to.classes['userId_X_year']) == 701
 
-def test_learner_embeds_hashed_columns(ml):
-    "tabular_learner: one embedding per hashed column, num_buckets+1 rows; a test frame's rows predict."
+def test_learner_embeds_hashed_columns(ml, tmp_path):
+    """tabular_learner: one embedding per hashed column, num_buckets+1 rows; a test frame's rows predict, a row as
+    `predict` makes it (all object) gets the same codes, and the exported learner loads and predicts alike."""
     procs = [HashBucket('userId', 100), HashedCross([('userId', 'movieId')], num_buckets=2000),
              Categorify(min_freq=3, num_buckets=40), FillMissing, Normalize]
     to = TabularGPU(ml, procs=procs, cat_names=['userId', 'movieId'], cont_names=['year'], y_names='rating',
@@ -230,6 +232,12 @@ def test_learner_embeds_hashed_columns(ml):
     assert preds.shape == (500, 1) and torch.isfinite(preds).all()
     cats = dl.dataset.items[list(to.cat_names)]
     assert (cats.movieId > len(to.classes['movieId']) - 1 - 40).all()   # unseen ids: in the buckets
+    row = to.new(new.iloc[3].to_frame().T)   # predict's frame: one row, every column object
+    row.process()
+    assert torch.equal(row.packed()[0], dl.dataset.packed()[0][3:4])
+    learn.export(tmp_path/'hashed.pkl')
+    back = load_learner(tmp_path/'hashed.pkl', cpu=True)
+    with back.no_bar(): assert torch.equal(back.get_preds(dl=back.dls.test_dl(new))[0], preds)
 
 # --- errors -------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize('bad', [0, -3, 2.5, True, '10', None])
