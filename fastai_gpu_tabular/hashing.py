@@ -17,14 +17,15 @@ code 0 (`#na#`), as in fastai's Categorify.
 A value's bucket is `hash % num_buckets`; in a vocabulary (`classes`) bucket k shows as `'#bucket{k}#'`."""
 from __future__ import annotations
 
+import functools
 import numpy as np, pandas as pd
 from fastai.tabular.core import Tabular, TabularProc
 
 from .backend import Column, codes_dtype, is_cudf, require_cudf, to_host
 
 __all__ = ['murmur3_32', 'hash_values', 'hash_column', 'bucket_labels', 'is_bucket_dtype', 'oov_buckets',
-           'check_buckets', 'HashBucket', 'HashedCross', 'cross_name', 'cross_values', 'host_specs', 'host_sources',
-           'host_input']
+           'check_buckets', 'check_seed', 'HashBucket', 'HashedCross', 'cross_name', 'cross_values', 'host_specs',
+           'host_sources', 'host_input']
 
 _C1, _C2 = np.uint32(0xcc9e2d51), np.uint32(0x1b873593)
 _ROWS = 1 << 16   # strings hashed per block: bounds the padded byte matrix
@@ -62,7 +63,7 @@ def _murmur3_blocks(words:np.ndarray, lens:np.ndarray, seed:int) -> np.ndarray:
 def murmur3_32(keys:list|np.ndarray, seed:int=0) -> np.ndarray:
     """MurmurHash3 x86_32 (Austin Appleby's; sklearn's `murmurhash3_32(key, seed, positive=True)`) of each byte string
     in `keys`, or of each row of a 2-d uint8 array (fixed-length keys), as a uint32 array."""
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     if isinstance(keys, np.ndarray) and keys.ndim == 2:   # fixed-length keys, e.g. 8-byte ints
         b = np.ascontiguousarray(keys, np.uint8)
         pad = -b.shape[1] % 4
@@ -80,7 +81,8 @@ def murmur3_32(keys:list|np.ndarray, seed:int=0) -> np.ndarray:
         out[idx] = _murmur3_blocks(b.view('<u4'), lens[idx], seed)
     return out
 
-def _check_seed(seed) -> int:
+def check_seed(seed) -> int:
+    "`seed` as an int, or a ValueError unless it is an integer in [0, 2**32) (MurmurHash3's seed is 32 bits)."
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     return int(seed)
@@ -170,6 +172,7 @@ def is_bucket_dtype(dtype) -> bool:
     cats = to_host(dtype.categories)
     return cats[0] == '#bucket0#' and cats[-1] == f'#bucket{len(cats) - 1}#'
 
+@functools.lru_cache(maxsize=8)   # one per bucket count, not one per encodes call: it holds num_buckets labels
 def _bucket_dtype(num_buckets:int) -> pd.CategoricalDtype:
     "The categorical dtype whose categories are the `num_buckets` bucket labels: Categorify's vocab for the column."
     return pd.CategoricalDtype(bucket_labels(num_buckets), ordered=False)
@@ -212,7 +215,7 @@ class HashBucket(TabularProc):
         nb = dict(num_buckets) if isinstance(num_buckets, dict) else {n: num_buckets for n in names}
         missing = [n for n in names if n not in nb]
         if missing: raise ValueError(f"num_buckets has no entry for column(s) {missing}")
-        self.names, self.seed = names, _check_seed(seed)
+        self.names, self.seed = names, check_seed(seed)
         self.num_buckets = {n: check_buckets(nb[n], f"num_buckets of {n!r}") for n in names}
         super().__init__()
 
@@ -274,7 +277,7 @@ class HashedCross(TabularProc):
         names = [names] if names and isinstance(names[0], str) else list(names)
         bad = [p for p in names if isinstance(p, str) or len(p) < 2]
         if bad: raise ValueError(f"HashedCross crosses two or more columns: got {bad}")
-        self.names, self.seed = [tuple(p) for p in names], _check_seed(seed)
+        self.names, self.seed = [tuple(p) for p in names], check_seed(seed)
         self.made_names = [cross_name(p) for p in self.names]
         nb = num_buckets if isinstance(num_buckets, dict) else {n: num_buckets for n in self.made_names}
         self.num_buckets = {n: None if nb.get(n) is None else check_buckets(nb[n], f"num_buckets of {n!r}")

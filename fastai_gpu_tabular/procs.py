@@ -14,7 +14,7 @@ from fastai.tabular.core import FillMissing, FillStrategy, Tabular
 from .backend import (encode_codes, explode_lists, holds_py_bools, host_scalar, is_cudf, mode_value, sorted_uniques,
                       take_values, to_host)
 from .checks import check_fill_value, check_labels, fill_nan_check
-from .hashing import bucket_labels, check_buckets, is_bucket_dtype, oov_buckets
+from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 
 __all__ = ['Categorify', 'register_procs', 'register_proc', 'category_map', 'freq_values', 'keep_frequent',
            'quantile_from_counts', 'bag_width', 'buckets_of', 'learn_bucket_counts', 'vocab_values',
@@ -39,6 +39,7 @@ class Categorify(fatc.Categorify):
             if v is not None and (int(v) != v or v < 1): raise ValueError(f"{k} must be a positive integer, got {v!r}")
         for k,v in (dict(num_buckets) if isinstance(num_buckets, dict) else {None: num_buckets}).items():
             if v is not None: check_buckets(v, 'num_buckets' if k is None else f"num_buckets of {k!r}")
+        check_seed(seed)
         store_attr()
 
     def setups(self, to:Tabular):

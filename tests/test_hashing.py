@@ -225,6 +225,7 @@ def test_learner_embeds_hashed_columns(ml, tmp_path):
     rows = dict(zip(to.cat_names, (e.num_embeddings for e in learn.model.embeds)))
     assert rows['userId'] == 101 and rows['userId_X_movieId'] == 2001
     assert rows['movieId'] == len(to.classes['movieId']) and to.classes['movieId'][-40:] == bucket_labels(40)
+    assert 'year_na' not in to.bucket_counts and len(to.classes['year_na']) == 3   # FillMissing's flags: no buckets
     new = ml.iloc[-500:].drop(columns='rating')
     new['movieId'] = new.movieId + 10**7
     dl = dls.test_dl(new)
@@ -250,6 +251,8 @@ def test_num_buckets_must_be_a_positive_int(bad):
 def test_bad_seed_and_crosses():
     for s in (-1, 2**32, 1.5):
         with pytest.raises(ValueError, match='seed'): HashBucket('a', 4, seed=s)
+        with pytest.raises(ValueError, match='seed'): HashedCross([('a', 'b')], seed=s)
+        with pytest.raises(ValueError, match='seed'): Categorify(num_buckets=4, seed=s)
     with pytest.raises(ValueError, match='two or more'): HashedCross([('a',)])
 
 @pytest.mark.parametrize('kind', ['lists', 'dicts'])
