@@ -50,11 +50,11 @@ def _murmur3_blocks(words:np.ndarray, lens:np.ndarray, seed:int) -> np.ndarray:
     with np.errstate(over='ignore'):
         if len(lens) and (lens == lens[0]).all() and lens[0] % 4 == 0:   # keys of one length in whole words: no masks
             for j in range(int(full[0])):
-                h ^= _mix_k(words[:, j].copy())
+                h ^= _mix_k(words[:, j])
                 h = _rotl(h, 13) * np.uint32(5) + np.uint32(0xe6546b64)
             return _fmix(h ^ lens.astype(np.uint32))
         for j in range(words.shape[1]):
-            k = _mix_k(words[:, j].copy())
+            k = _mix_k(words[:, j])
             body, tail = j < full, (j == full) & (rem > 0)
             hb = _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xe6546b64)
             h = np.where(body, hb, np.where(tail, h ^ k, h))
