@@ -97,7 +97,10 @@ def to_category(col:Column) -> Column:
     """`col.astype('category')`: categories sorted, missing values -1. For a pandas column of strings the distinct
     values are sorted as a NumPy unicode array, in C (code-point order, Python's), not by comparing Python objects."""
     if is_cudf(col) or col.dtype != object: return col.astype('category')
-    codes, uniq = pd.factorize(col, sort=False)
+    try: codes, uniq = pd.factorize(col, sort=False)
+    except TypeError as e:   # lists (not multi-hot), dicts, sets: pandas' message names neither the column nor a fix
+        raise TypeError(f"cat column {col.name!r} holds unhashable values ({e}): cast it to str, or declare a column "
+                        "of lists multi-hot") from None
     if pd.api.types.infer_dtype(uniq, skipna=False) != 'string': return col.astype('category')
     order = np.argsort(np.asarray(uniq, dtype=str), kind='stable')
     rank = np.empty(len(order), np.intp)

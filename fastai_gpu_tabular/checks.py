@@ -35,6 +35,10 @@ def _fill_missing(procs) -> FillMissing|None:
         if isinstance(p, type) and issubclass(p, FillMissing): p = p()   # a class: its defaults say
         if isinstance(p, FillMissing) and p.add_col: return p
 
+def _made_names(procs) -> set:
+    "Columns the procs make (a `HashedCross`'s `made_names`), which a frame given to `new` lacks until they run."
+    return {n for p in getattr(procs, 'fs', L(procs)) for n in getattr(p, 'made_names', None) or ()}
+
 def check_columns(columns:Iterable, cat_names:list, cont_names:list, y_names:list, procs:list|None,
                   setup:bool=True) -> None:
     """A KeyError unless the frame's `columns` hold the named ones (the targets only at set-up: a frame given to `new`
@@ -43,6 +47,7 @@ def check_columns(columns:Iterable, cat_names:list, cont_names:list, y_names:lis
     rows are known."""
     columns = list(columns)
     made = {f'{n}_na' for n in cont_names} if _fill_missing(procs) is not None else set()
+    made |= _made_names(procs)
     need = [n for n in cat_names if n not in made] + list(cont_names) + (list(y_names) if setup else [])
     have = set(columns)
     missing = [n for n in need if n not in have]
@@ -58,7 +63,7 @@ def check_na_names(cat_names:list, columns:Iterable, procs:list|None, setup:bool
     have = set(columns)
     fm = _fill_missing(procs)
     learned = getattr(fm, 'na_dict', None)   # None before set-up
-    for n in [n for n in cat_names if n not in have]:
+    for n in [n for n in cat_names if n not in have and n not in _made_names(procs)]:
         c = n[:-3]   # `check_columns` let only `<cont>_na` names through, and only with such a FillMissing
         made = train_nan(c) if setup else (learned is None or c in learned)
         if not made:

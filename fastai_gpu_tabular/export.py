@@ -12,7 +12,9 @@ from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
 from fastai.learner import Learner
 
+from .hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
 from .pack import cat_widths
+from .procs import buckets_of, vocab_values
 
 __all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
 
@@ -78,8 +80,9 @@ def _procs(to) -> dict:
         if isinstance(t, fatc.Categorify): res['cat'] = t
         elif isinstance(t, FillMissing): res['fill'] = t
         elif isinstance(t, Normalize): res['norm'] = t
+        elif isinstance(t, (HashBucket, HashedCross)): res.setdefault('hash', []).append(t)   # on the host
         elif not isinstance(t, (Categorize, RegressionSetup, MultiCategorize, EncodedMultiCategorize)): other.append(t)
-    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing and Normalize, not "
+    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing, Normalize, HashBucket and HashedCross, not "
                               f"{[type(t).__name__ for t in other]}")
     return res
 
@@ -168,9 +171,9 @@ def _procs_graph(to, list_sep='|'):
         conts.append(g.column(g.op('Cast', x, to=T.FLOAT)))
     if cat is None and len(to.cat_names):
         raise TypeError("export_onnx encodes cat columns with Categorify's vocabularies: add Categorify to procs")
-    cats = []
+    cats,made = [],host_specs(procs.get('hash', []))
     for n,w in zip(to.cat_names, cat_widths(to)):
-        vocab = list(cat.classes[n].items[1:])
+        vocab = list(vocab_values(cat, n))
         if n in mh:
             sep,empty = _bag_sep(to, n, list_sep)
             kind = _key_type(n, vocab)
@@ -187,7 +190,14 @@ def _procs_graph(to, list_sep='|'):
         else:
             x = g.input(n, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
             cols[n] = {'type': kind, 'kind': 'cat'}
-        cats.append(g.column(g.encode(x, vocab, kind)))
+            if n in made: cols[n]['host'] = made[n]   # hashed or crossed: `onnx_inputs` makes it from raw columns
+        code = g.encode(x, vocab, kind)
+        if buckets_of(cat, n):   # Categorify(num_buckets): where the vocabulary gives 0, the bucket code from the host
+            b = g.input(f'{n}#bucket', T.INT64)
+            oov = {'oov_of': n, 'offset': len(vocab) + 1, 'buckets': buckets_of(cat, n), 'seed': cat.seed}
+            cols[b] = {'type': 'int64', 'kind': 'oov', 'host': oov | ({'made': made[n]} if n in made else {})}
+            code = g.op('Where', g.op('Equal', code, g.const(np.int64(0))), b, code)
+        cats.append(g.column(code))
     outs = []
     for name,blocks,tt in (('x_cat', cats, T.INT64), ('x_cont', conts, T.FLOAT)):
         if not blocks: continue
@@ -209,6 +219,9 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64 (integer and bool
     categories), double (continuous and float categories; NaN is missing); a list column as its elements joined by
     `list_sep`. The output `preds` is what `get_preds` returns: probabilities, or the (y_range-scaled) values.
+    Standard ONNX has no MurmurHash3: a HashBucket or HashedCross column is an input holding what those procs make (its
+    bucket labels, or the cross's text), and a `Categorify(num_buckets)` column has a second input `<name>#bucket`
+    with each row's bucket code, which `onnx_inputs` computes on the host from the raw columns.
     `onnx_inputs(df, path)` makes the inputs from a frame. `procs=False`: the model alone, on the loader's batches
     (`x_cat` int32, `x_cont` float32). Returns `path`."""
     import onnx
@@ -256,6 +269,12 @@ def onnx_inputs(df:pd.DataFrame, model) -> dict:
             if k.startswith(_META)}
     res = {}
     for n,c in meta['columns'].items():
+        if 'host' in c:   # hashed on the host (see `export_onnx`)
+            bad = [o for o in host_sources(c['host']) if o not in df.columns]
+            if bad: raise KeyError(f"column(s) {bad}, which the ONNX model's input {n!r} is made from, are not in "
+                                   "the frame")
+            res[n] = host_input(df, c['host'], n, meta['na_string'])
+            continue
         if n not in df.columns: raise KeyError(f"column {n!r}, an input of the ONNX model, is not in the frame")
         col = df[n]
         if c['type'] == 'string':

@@ -14,29 +14,39 @@ from fastai.tabular.core import FillMissing, FillStrategy, Tabular
 from .backend import (encode_codes, explode_lists, holds_py_bools, host_scalar, is_cudf, mode_value, sorted_uniques,
                       take_values, to_host)
 from .checks import check_fill_value, check_labels, fill_nan_check
+from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 
 __all__ = ['Categorify', 'register_procs', 'register_proc', 'category_map', 'freq_values', 'keep_frequent',
-           'quantile_from_counts', 'bag_width']
+           'quantile_from_counts', 'bag_width', 'buckets_of', 'learn_bucket_counts', 'vocab_values',
+           'categorify_codes']
 
 class Categorify(fatc.Categorify):
-    """fastai's `Categorify`, plus two options for huge ID columns: values seen fewer than `min_freq` times in the
-    training rows, or beyond the `max_vocab` most frequent, go to `#na#` (ties broken by value, so cuDF and pandas agree).
-    With neither set it is fastai's Categorify exactly."""
+    """fastai's `Categorify`, plus options for huge ID columns: values seen fewer than `min_freq` times in the
+    training rows, or beyond the `max_vocab` most frequent, go to `#na#` (ties broken by value, so cuDF and pandas agree),
+    or with `num_buckets` to that many out-of-vocabulary buckets after the vocabulary (hashing.py: the values it lacks,
+    at set-up or later, hashed with `seed`; `classes` shows bucket k as '#bucket{k}#'). With none set it is fastai's
+    Categorify exactly."""
     def __init__(self,
         min_freq:int=None, # keep values seen at least this often in the training rows
         max_vocab:int=None, # keep at most this many values (besides '#na#'), the most frequent
-        max_bag:int|dict=None # slots of a multi-hot column (or {name: slots}); default: see `bag_width`
+        max_bag:int|dict=None, # slots of a multi-hot column (or {name: slots}); default: see `bag_width`
+        num_buckets:int|dict=None, # out-of-vocabulary buckets of each single-hot column (or {name: buckets})
+        seed:int=0 # the hash's seed for those buckets
     ):
         super().__init__()
         for k,v in (('min_freq', min_freq), ('max_vocab', max_vocab), *(dict(max_bag) if isinstance(max_bag, dict)
                                                                          else {'max_bag': max_bag}).items()):
             if v is not None and (int(v) != v or v < 1): raise ValueError(f"{k} must be a positive integer, got {v!r}")
+        for k,v in (dict(num_buckets) if isinstance(num_buckets, dict) else {None: num_buckets}).items():
+            if v is not None: check_buckets(v, 'num_buckets' if k is None else f"num_buckets of {k!r}")
+        check_seed(seed)
         store_attr()
 
     def setups(self, to:Tabular):
         "On other Tabulars (fastai's TabularPandas) it is fastai's Categorify, which has none of these options."
-        if self.min_freq or self.max_vocab or self.max_bag:
-            raise TypeError(f"Categorify(min_freq, max_vocab, max_bag) needs a TabularGPU, not a {type(to).__name__}")
+        if self.min_freq or self.max_vocab or self.max_bag or self.num_buckets:
+            raise TypeError(f"Categorify(min_freq, max_vocab, max_bag, num_buckets) needs a TabularGPU, not a "
+                            f"{type(to).__name__}")
         return fatc.Categorify.setups(self, to)
 
 def category_map(values:list, add_na=True) -> CategoryMap:
@@ -106,9 +116,37 @@ def _reraise_attribute_errors(f):
     return _inner
 
 # --- Categorify ---------------------------------------------------------------------------------------------------
+def buckets_of(proc, n) -> int:
+    "Out-of-vocabulary buckets `proc` (a set-up Categorify) gave column `n` (its `bucket_counts`; fastai's has none)."
+    return (getattr(proc, 'bucket_counts', None) or {}).get(n, 0)
+
+def learn_bucket_counts(proc, to) -> dict:
+    """{column: buckets} of `Categorify(num_buckets)`: an int buckets every single-hot column but those HashBucket or
+    HashedCross made (all buckets already) and FillMissing's `_na` flags (True/False); a dict the ones it names."""
+    nb = getattr(proc, 'num_buckets', None)
+    if not nb: return {}
+    skip = lambda n: (n in to.multi_hot or is_bucket_dtype(to.items[n].dtype)
+                      or (n.endswith('_na') and n[:-3] in to.cont_names))
+    if not isinstance(nb, dict): return {n: int(nb) for n in to.cat_names if not skip(n)}
+    bad = [n for n in nb if n not in to.cat_names or skip(n)]
+    if bad: raise ValueError(f"Categorify(num_buckets) names {bad}, which are not single-hot cat columns")
+    return {n: int(v) for n,v in nb.items()}
+
+def vocab_values(proc, n) -> list:
+    "Column `n`'s vocabulary without `#na#` and the bucket labels: the values that code as their position + 1."
+    items = proc.classes[n].items
+    return items[1:len(items) - buckets_of(proc, n)]
+
+def categorify_codes(proc, n, col, vocab=None):
+    "Categorify's codes of `col` (column `n`): its vocabulary's (`vocab`, default `vocab_values`), then its buckets."
+    nb = buckets_of(proc, n)
+    codes = encode_codes(col, vocab_values(proc, n) if vocab is None else vocab, add=1)
+    return oov_buckets(codes, col, len(proc.classes[n]) - nb, nb, proc.seed) if nb else codes
+
 def _categorify_setups(self, to):
     mf,mv = getattr(self, 'min_freq', None),getattr(self, 'max_vocab', None)   # fastai's own class has neither
     self.classes,self.multi_hot_lens = {},{}
+    if getattr(self, 'num_buckets', None): self.bucket_counts = learn_bucket_counts(self, to)
     for n in to.cat_names:
         col = to.items[n]
         if n in to.multi_hot:    # a vocab over the training rows' elements; the bag width from the lists of all rows
@@ -119,15 +157,16 @@ def _categorify_setups(self, to):
             self.multi_hot_lens[n] = bag_width(hist, n, mb.get(n) if isinstance(mb, dict) else mb)
         # a category column's vocab is its categories (from all rows, for fastai's df_shrink cast); frequencies
         # (min_freq, max_vocab) are counted on the training rows
-        values = freq_values(col, mf, mv) if mf or mv else _cat_values(col)
+        # a hashed column (HashBucket, HashedCross) keeps all its buckets: its codes are bucket + 1
+        values = freq_values(col, mf, mv) if (mf or mv) and not is_bucket_dtype(col.dtype) else _cat_values(col)
         # pandas holds a bool column with missing values as Python objects: fastai's vocab has `bool`, not `np.bool_`
         if n not in to.multi_hot and holds_py_bools(to.full_items[n]): values = [bool(v) for v in values]
-        self.classes[n] = category_map(values)
+        self.classes[n] = category_map(values + bucket_labels(buckets_of(self, n)))
 
 def _categorify_encodes(self, to):
     # multi-hot columns keep their values in the frame: their codes are packed (a padded block) with the tensors
     for n in to.cat_names:
-        if n not in to.multi_hot: to.set_col(n, encode_codes(to.items[n], self.classes[n].items[1:], add=1))
+        if n not in to.multi_hot: to.set_col(n, categorify_codes(self, n, to.items[n]))
 
 def _categorify_decodes(self, to):
     for n in to.cat_names:

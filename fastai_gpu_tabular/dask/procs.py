@@ -10,10 +10,12 @@ from fastai.data.transforms import Categorize, CategoryMap, Normalize
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
 
-from ..backend import encode_codes, explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
+from ..backend import explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
 from ..checks import check_fill_value, check_labels, check_unfilled_nan
 from ..core import TabularGPU
-from ..procs import Categorify, bag_width, category_map, keep_frequent, register_proc
+from ..hashing import HashBucket, HashedCross, bucket_labels, is_bucket_dtype
+from ..procs import (Categorify, bag_width, categorify_codes, category_map, keep_frequent, learn_bucket_counts,
+                     register_proc, vocab_values, buckets_of)
 from .stats import compute, delayed, exact_median, exact_mode, exact_moments, mean_dtype
 
 __all__ = ['register_dask_procs']
@@ -23,14 +25,14 @@ _INDEXES = weakref.WeakKeyDictionary()   # Categorify -> {column: its vocabulary
 def _vocab_index(proc, n) -> pd.Index:
     "Column `n`'s vocabulary as a pandas Index, made once per process: its hash table then serves every partition."
     d = _INDEXES.setdefault(proc, {})
-    if n not in d: d[n] = pd.Index(list(proc.classes[n].items[1:]), tupleize_cols=False)
+    if n not in d: d[n] = pd.Index(list(vocab_values(proc, n)), tupleize_cols=False)
     return d[n]
 
 def _apply(part, proc, names:dict):
     "`proc`'s in-memory encodes on one partition's columns, as on a `TabularGPU` of them."
     if isinstance(proc, fatc.Categorify) and not is_cudf(part):
         # procs.py's Categorify encodes, with the vocabulary's Index kept (a list would be hashed again each partition)
-        return pd.DataFrame({n: encode_codes(part[n], _vocab_index(proc, n), add=1) for n in names['cat_names']},
+        return pd.DataFrame({n: categorify_codes(proc, n, part[n], _vocab_index(proc, n)) for n in names['cat_names']},
                             index=part.index)
     t = TabularGPU(part, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
     proc(t)
@@ -44,6 +46,8 @@ def _names_read(proc, to) -> dict:
     elif isinstance(proc, FillMissing): names['cont_names'] = [n for n in to.cont_names if n in proc.na_dict]
     elif isinstance(proc, Normalize): names['cont_names'] = list(to.cont_names)
     elif isinstance(proc, Categorize): names['y_names'] = list(to.y_names)
+    elif isinstance(proc, HashBucket): names['cat_names'] = list(proc.names)
+    elif isinstance(proc, HashedCross): names['cat_names'] = list(dict.fromkeys(c for p in proc.names for c in p))
     names.update({k: [n for n in v if n in have] for k,v in names.items() if k != 'multi_hot'})
     return names
 
@@ -60,6 +64,8 @@ def _encodes(self, to):
     if isinstance(self, FillMissing) and self.add_col:   # as the in-memory encodes names its `_na` columns
         for n in self.na_dict:
             if n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')
+    for n in getattr(self, 'made_names', ()):   # a HashedCross's columns
+        if n not in to.cat_names: to.cat_names.append(n)
     return to
 
 # --- Categorify ---------------------------------------------------------------------------------------------------
@@ -74,12 +80,14 @@ def _known_categories(col) -> list|None:
 def _categorify_setups(self, to):
     mf, mv, mb = getattr(self, 'min_freq', None), getattr(self, 'max_vocab', None), getattr(self, 'max_bag', None)
     self.classes, self.multi_hot_lens = {}, {}
-    fixed, lazy = {}, {}
+    if getattr(self, 'num_buckets', None): self.bucket_counts = learn_bucket_counts(self, to)
+    fixed, lazy, hashed = {}, {}, set()
     for n in to.cat_names:
         col = to.cols([n])[n]
         if n in to.multi_hot: col = col.explode()   # a list column: its elements
-        fixed[n] = to.scan.vocab.get(n) or _known_categories(col)
-        if mf or mv: lazy[n] = col.dropna().value_counts()
+        if is_bucket_dtype(col.dtype): hashed.add(n)   # HashBucket's or HashedCross' buckets, all kept
+        fixed[n] = _known_categories(col) if n in hashed else to.scan.vocab.get(n) or _known_categories(col)
+        if (mf or mv) and n not in hashed: lazy[n] = col.dropna().value_counts()
         elif fixed[n] is None: lazy[n] = col.dropna().unique(split_out=1)
     got = compute(lazy)[0]
     # list lengths of all rows (the bag width), a histogram per partition (a separate pass: Dask computes its
@@ -90,7 +98,8 @@ def _categorify_setups(self, to):
         if n in got: got[n] = to_pandas(got[n])
         vals = fixed[n]
         if vals is None: vals = sorted_uniques(pd.Series(got[n].index if mf or mv else got[n].to_numpy(), name=n))
-        self.classes[n] = category_map(keep_frequent(vals, got[n], mf, mv) if mf or mv else vals)
+        vals = keep_frequent(vals, got[n], mf, mv) if (mf or mv) and n not in hashed else vals
+        self.classes[n] = category_map(vals + bucket_labels(buckets_of(self, n)))
         if n in hists:
             h = hists[n]
             hist = np.zeros(max(len(x) for x in h), np.int64)
@@ -142,6 +151,7 @@ def register_dask_procs(cls:type) -> None:
     "Make fastai's procs learn over the partitions of `cls` frames (Dask), and encode them a partition at a time."
     for proc, setups in ((fatc.Categorify, _categorify_setups), (Categorify, _categorify_setups),
                          (FillMissing, _fillmissing_setups), (Normalize, _normalize_setups),
-                         (Categorize, _categorize_setups)):
-        register_proc(proc, 'setups', setups, cls)
+                         (Categorize, _categorize_setups), (HashBucket, None), (HashedCross, None)):
+        # the hashing procs learn nothing: their in-memory setups check the columns
+        if setups is not None: register_proc(proc, 'setups', setups, cls)
         register_proc(proc, 'encodes', _encodes, cls)

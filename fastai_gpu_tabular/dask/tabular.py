@@ -23,6 +23,7 @@ from ..checks import (add_y_procs, check_columns, check_inf, check_na_names, che
                       check_unfilled_nan, default_y_block, multi_hot_columns, nan_as_null)
 from ..core import TabularGPU
 from ..data import BatchDataLoaders
+from ..hashing import HashBucket, HashedCross
 from ..loader import BatchDataLoader
 from ..pack import Layout, pack_rows
 from ..progress import dask_progress
@@ -32,7 +33,8 @@ from .stats import compute, delayed
 
 __all__ = ['TabularDask', 'DaskScan', 'valid_mask']
 
-_PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize)
+_PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize, HashBucket,
+          HashedCross)
 
 def valid_mask(col, on=None):
     "fastai's `ColSplitter` rule on a column (pandas, cuDF or Dask): truthy values (or those equal to/in `on`) validate"
@@ -106,7 +108,7 @@ class TabularDask(TabularGPU):
         bad = [getattr(p, '__name__', type(p).__name__) for p in (procs.fs if isinstance(procs, Pipeline) else L(procs))
                if not issubclass(p if isinstance(p, type) else type(p), _PROCS)]
         if bad: raise TypeError(f"proc(s) {bad} have no Dask implementation: TabularDask runs Categorify, FillMissing, "
-                                "Normalize and the target procs")
+                                "Normalize, HashBucket, HashedCross and the target procs")
         meta = df._meta
         for n in cont_names:
             dt = meta[n].dtype
