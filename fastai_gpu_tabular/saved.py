@@ -19,6 +19,7 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
 
 from .backend import frame_device, frame_of_tensors, is_dask, to_backend
+from .hashing import HashBucket, HashedCross
 from .pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
 from .procs import Categorify
 from .progress import progress_rows
@@ -133,8 +134,11 @@ def _categorify_state(p) -> dict:
            'multi_hot_lens': {n: int(w) for n,w in (getattr(p, 'multi_hot_lens', None) or {}).items()}}
     if isinstance(p, Categorify):
         mb = p.max_bag
+        nb = p.num_buckets
         res['init'] = {'min_freq': p.min_freq, 'max_vocab': p.max_vocab,
-                       'max_bag': dict(mb) if isinstance(mb, dict) else mb}
+                       'max_bag': dict(mb) if isinstance(mb, dict) else mb,
+                       'num_buckets': dict(nb) if isinstance(nb, dict) else nb, 'seed': p.seed}
+        if hasattr(p, 'bucket_counts'): res['bucket_counts'] = {n: int(k) for n,k in p.bucket_counts.items()}
     return res
 
 def _categorify_restore(cls):
@@ -142,6 +146,7 @@ def _categorify_restore(cls):
         p = cls(**s['init']) if 'init' in s else cls()
         p.classes = {n: _dec_map(d) for n,d in s['classes'].items()}
         p.multi_hot_lens = {n: int(w) for n,w in s['multi_hot_lens'].items()}
+        if 'bucket_counts' in s: p.bucket_counts = {n: int(k) for n,k in s['bucket_counts'].items()}
         return p
     return restore
 
@@ -190,6 +195,12 @@ def _multicat_restore(s):
 def _regression_state(p) -> dict: return {'c': None if p.c is None else int(p.c)}
 def _regression_restore(s): return RegressionSetup(c=s['c'])
 
+def _hashing_state(p) -> dict:
+    "HashBucket's and HashedCross's state is their arguments: the hash learns nothing."
+    return {'names': [n if isinstance(n, str) else list(n) for n in p.names], 'num_buckets': dict(p.num_buckets),
+            'seed': int(p.seed)}
+def _hashing_restore(cls): return lambda s: cls(s['names'], s['num_buckets'], s['seed'])
+
 register_saved_proc(Categorify, _categorify_state, _categorify_restore(Categorify))
 register_saved_proc(fatc.Categorify, _categorify_state, _categorify_restore(fatc.Categorify))
 register_saved_proc(FillMissing, _fillmissing_state, _fillmissing_restore)
@@ -197,6 +208,8 @@ register_saved_proc(Normalize, _normalize_state, _normalize_restore)
 register_saved_proc(Categorize, _categorize_state, _categorize_restore)
 register_saved_proc(EncodedMultiCategorize, _categorize_state, _multicat_restore)
 register_saved_proc(RegressionSetup, _regression_state, _regression_restore)
+register_saved_proc(HashBucket, _hashing_state, _hashing_restore(HashBucket))
+register_saved_proc(HashedCross, _hashing_state, _hashing_restore(HashedCross))
 
 def _proc_state(p) -> dict:
     name = f'{type(p).__module__}.{type(p).__qualname__}'

@@ -321,3 +321,22 @@ def test_dask_tabular_is_not_saved_yet(adult, tmp_path):
                     y_names='income', y_block=CategoryBlock(), chunk_dir=tmp_path/'c', progress=False)
     with pytest.raises(NotImplementedError, match='TabularDask'): to.save(tmp_path/'d')
     assert not (tmp_path/'d').exists()
+
+def test_hashing_procs_saved(adult, tmp_path):
+    """HashedCross, HashBucket and Categorify(num_buckets) round trip: the loaded Tabular's rows, and its codes of raw
+    rows whose values the vocabularies lack (the out-of-vocabulary buckets), are the saved one's."""
+    from fastai_gpu_tabular.all import HashBucket, HashedCross
+    df = adult.iloc[:8000]
+    procs = [HashedCross([('workclass', 'gender')]), HashBucket('native-country', 16, seed=3),
+             Categorify(min_freq=200, num_buckets=8, seed=1), FillMissing, Normalize]
+    ours = TabularGPU(df, procs=procs, **{**ADULT, 'cat_names': list(ADULT['cat_names'])},
+                      splits=RandomSplitter(seed=0)(range_of(df)))
+    ours.save(tmp_path/'h')
+    loaded = TabularGPU.load(tmp_path/'h')
+    assert loaded.procs.categorify.bucket_counts == ours.procs.categorify.bucket_counts
+    assert_same_loaders(ours, loaded)
+    raw = adult.iloc[8000:12000]   # rows the vocabularies never saw
+    a, b = (_batches(to.dataloaders(bs=1024, shuffle=False).test_dl(raw)) for to in (ours, loaded))
+    assert all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+    occ = ours.cat_names.index('occupation')
+    assert (torch.cat([x[0][:, occ] for x in a]) > len(ours.classes['occupation']) - 9).any()   # a bucket is used
