@@ -4,6 +4,7 @@ and fused embeddings) and `Lamb` (the same math and state, with no host sync in 
 from .backend import *
 from .checks import *
 from .procs import *
+from .target import *
 from .pack import *
 from .loader import *
 from .core import *

@@ -1,0 +1,212 @@
+"""`TargetEncode`: categories replaced by their target's mean, smoothed toward the global mean, out-of-fold on the
+training rows (scikit-learn's `TargetEncoder`, computed on the frame's device): new continuous columns for the model."""
+from __future__ import annotations
+
+import numbers
+import numpy as np, pandas as pd
+from fastai.tabular.core import TabularProc
+
+from .backend import encode_codes, is_cudf, require_cudf, sorted_uniques, to_host
+
+__all__ = ['TargetEncode', 'target_encodings', 'fold_ids']
+
+_TYPES = ('auto', 'continuous', 'binary', 'multiclass')
+
+def _xp(a):
+    "NumPy or CuPy, whichever holds `a`."
+    if type(a).__module__.split('.')[0] != 'cupy': return np
+    import cupy
+    return cupy
+
+def _values(col):
+    "A column's values as an array on its device (NumPy or CuPy)."
+    return col.values if is_cudf(col) else col.to_numpy()
+
+def target_encodings(codes, y, n_cats:int, smooth, mean=None):
+    """Encodings (float64, `n_cats` of them) of the categories `codes` (ints in `[0, n_cats)`) of target `y` (1-d),
+    as scikit-learn's `TargetEncoder` computes them: `smooth` 'auto' (empirical Bayes, from `y`'s variance) or m >= 0
+    (`(sum + m*mean) / (count + m)`), each category's sums added in row order (NumPy's `bincount`, so equal to
+    scikit-learn's loop bit for bit; CuPy adds in another order). A category with no rows gets `mean` (default:
+    `y`'s)."""
+    xp = _xp(y)
+    if mean is None: mean = xp.mean(y)
+    mean = float(mean)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        if smooth == 'auto':
+            var = float(xp.var(y))
+            cnt = xp.bincount(codes, minlength=n_cats)
+            means = xp.bincount(codes, weights=y, minlength=n_cats) / cnt
+            d = y.astype('f8') - means[codes]
+            ssd = xp.bincount(codes, weights=d * d, minlength=n_cats)
+            lam = var * cnt / (var * cnt + ssd / cnt)
+            # no rows, or no variance at all: the mean (scikit-learn's NaN rule)
+            return xp.where(xp.isnan(lam), mean, lam * means + (1 - lam) * mean)
+        # the smoothing terms first, then each row: scikit-learn's order of additions
+        at = xp.concatenate([xp.arange(n_cats), codes])
+        sums = xp.bincount(at, weights=xp.concatenate([xp.full(n_cats, smooth * mean), y.astype('f8')]))
+        counts = xp.bincount(at, weights=xp.concatenate([xp.full(n_cats, float(smooth)), xp.ones(len(codes))]))
+        return xp.where(counts == 0, mean, sums / counts)
+
+def fold_ids(y_codes, folds:int, seed:int, stratify:bool):
+    """Each training row's fold (0..folds-1, host int64): scikit-learn's `StratifiedKFold` (classes, `y_codes` their
+    codes) or `KFold` (a continuous target), shuffled with `seed`, the splitters `TargetEncoder(cv=folds)` uses."""
+    from sklearn.model_selection import KFold, StratifiedKFold
+    y = to_host(y_codes)
+    cv = (StratifiedKFold if stratify else KFold)(folds, shuffle=True, random_state=seed)
+    res = np.empty(len(y), np.int64)
+    for i,(_,te) in enumerate(cv.split(np.zeros((len(y), 1)), y)): res[te] = i
+    return res
+
+def _is_number(dtype) -> bool:
+    return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+
+class TargetEncode(TabularProc):
+    """Each of the cat columns `names` (default: all single-hot ones) gets a continuous column `<name>_te` (one per
+    class for a multi-class target: `<name>_te_<class>`) holding its category's target mean, smoothed toward the global
+    mean as scikit-learn's `TargetEncoder(smooth)` does. The training rows of the object it is set up on get out-of-fold
+    values (`folds` seeded folds: scikit-learn's `StratifiedKFold` for classes, `KFold` for a continuous target), so a
+    row never sees its own target; every later frame (validation, `new`, `test_dl`, `predict`) gets the statistic of
+    all training rows. Missing values are a category; a category unseen in training gets the global mean. The source
+    column stays a cat (Categorify still encodes it for an embedding). Runs before Categorify (on the raw values), and
+    before Normalize, which scales the new columns with the others."""
+    order = 0
+    def __init__(self,
+        names:list|None=None, # cat columns to encode (default: every single-hot cat column)
+        smooth:str|float='auto', # 'auto' (empirical Bayes) or m >= 0: `(sum + m*mean) / (count + m)`
+        folds:int=5, # cross-fitting folds on the training rows; 0: none (the training rows see their own target)
+        seed:int=0, # the folds' shuffle
+        target_type:str='auto' # 'continuous', 'binary', 'multiclass'; 'auto': fastai's rule (numbers regress)
+    ):
+        number = isinstance(smooth, numbers.Real) and not isinstance(smooth, bool)
+        if not (smooth == 'auto' or (number and smooth >= 0)):
+            raise ValueError(f"TargetEncode(smooth=...) must be 'auto' or a number >= 0, got {smooth!r}")
+        if isinstance(folds, bool) or not isinstance(folds, numbers.Integral) or folds < 0 or folds == 1:
+            raise ValueError(f"TargetEncode(folds=...) must be 0 (no cross-fitting) or an integer >= 2, got {folds!r}")
+        if target_type not in _TYPES: raise ValueError(f"TargetEncode(target_type=...) must be one of {_TYPES}, got "
+                                                       f"{target_type!r}")
+        self.names = None if names is None else ([names] if isinstance(names, str) else list(names))
+        self.smooth,self.folds,self.seed,self.target_type = smooth,int(folds),seed,target_type
+        self._fitting,self._oof = None,None
+
+    def setup(self, items=None, train_setup=False):
+        "fastai's set-up (`setups` on the training rows, then encodes on `items`), remembering which object it fits."
+        self._fitting = items   # its training rows get the out-of-fold values
+        try: return super().setup(items, train_setup)
+        finally: self._fitting,self._oof = None,None
+
+    def _check(self, to):
+        "The errors, before any work: the names, one target, no NaN in it."
+        if len(to.y_names) != 1:
+            raise ValueError(f"TargetEncode needs one target column, got y_names={list(to.y_names)}")
+        y = to.y_names[0]
+        if y not in to.items.columns: raise KeyError(f"TargetEncode: the target column {y!r} is not in the frame")
+        mh = getattr(to, 'multi_hot', {})
+        names = self.names if self.names is not None else [n for n in to.cat_names if n not in mh]
+        bad = [n for n in names if n not in to.items.columns]
+        if bad: raise KeyError(f"TargetEncode: column(s) {bad} are not in the frame (it has "
+                               f"{list(to.items.columns)[:20]})")
+        bad = [n for n in names if n in mh or n == y]
+        if bad: raise ValueError(f"TargetEncode encodes single-hot columns, not the target or multi-hot ones: {bad}")
+        if bool(to.items[y].isna().any()):
+            raise ValueError(f"target column {y!r} contains NaN/null in the training rows: TargetEncode needs every "
+                             "training row's target; drop or fill those rows")
+        return names, to.items[y]
+
+    def setups(self, to):
+        try: self._setups(to)
+        # fasttransform's `setup` swallows AttributeError: make it one the user sees
+        except AttributeError as e: raise RuntimeError(f"TargetEncode.setups failed: {e}") from e
+
+    def _setups(self, to):
+        names, ycol = self._check(to)
+        kind = self.target_type
+        if kind == 'auto': kind = 'continuous' if _is_number(ycol.dtype) else 'classes'
+        if kind == 'continuous':
+            if not _is_number(ycol.dtype): raise TypeError(f"target column {ycol.name!r} has dtype {ycol.dtype}: a "
+                                                           "continuous target needs numbers")
+            self.target_classes,y = None,_values(ycol).astype('f8')
+        else:
+            self.target_classes = sorted_uniques(ycol)
+            codes = _values(encode_codes(ycol, self.target_classes, add=0)).astype('int64')
+            if kind == 'classes': kind = 'binary' if len(self.target_classes) <= 2 else 'multiclass'
+            # scikit-learn's labels: 0/1 for binary (LabelEncoder), one int64 column per class (LabelBinarizer)
+            one_hot = lambda: (codes[:, None] == _xp(codes).arange(len(self.target_classes))).astype('int64')
+            y = codes if kind == 'binary' else one_hot()
+        self.target_type_ = kind
+        self.target_mean = _target_mean(y)
+        folds = None
+        if self._fitting is not None and self.folds:
+            folds = fold_ids(codes if kind != 'continuous' else y, self.folds, self.seed, kind != 'continuous')
+            if _xp(y) is not np: folds = _xp(y).asarray(folds)
+        self.encodings,self._oof = {},{}
+        for n in names:
+            col = to.items[n]
+            vocab = sorted_uniques(col)
+            codes_n = _values(encode_codes(col, vocab, add=0)).astype('int64')
+            nan = bool((codes_n < 0).any())   # missing values: a category of their own, the last one
+            k = len(vocab) + nan
+            if nan: codes_n = _xp(codes_n).where(codes_n < 0, len(vocab), codes_n)
+            enc = _encode(codes_n, y, k, self.smooth)
+            index = pd.Index([*vocab, np.nan], dtype=object) if nan else pd.Index(vocab)
+            self.encodings[n] = pd.DataFrame(to_host(enc), index=index, columns=self._out_names(n))
+            if folds is not None: self._oof[n] = _out_of_fold(codes_n, y, k, self.smooth, folds, self.folds)
+
+    @property
+    def made_names(self) -> list:
+        "The columns this proc adds (checked as present by `check_columns` only after it ran)."
+        return [c for n in getattr(self, 'encodings', {}) for c in self._out_names(n)]
+
+    def _out_names(self, n) -> list:
+        if self.target_type_ != 'multiclass': return [f'{n}_te']
+        return [f'{n}_te_{c}' for c in self.target_classes]
+
+    def _lookup(self, col, n):
+        "Encoded values of `col` (rows, outputs) on its device: unseen values get the global mean."
+        e = self.encodings[n]
+        nan = len(e) and pd.isna(e.index[-1])
+        vocab = list(e.index[:len(e) - nan])
+        codes = _values(encode_codes(col, vocab, add=0)).astype('int64')
+        xp = _xp(codes)
+        # rows of the table: the categories, then missing values (their own, or the mean), then unseen (code -1)
+        mean = np.atleast_1d(np.asarray(self.target_mean, dtype='f8'))
+        vals = e.to_numpy('f8')
+        table = np.concatenate([vals[:len(vocab)], vals[-1:] if nan else mean[None], mean[None]])
+        codes = xp.where(_values(col.isna()), len(vocab), codes)
+        return xp.asarray(table)[codes]
+
+    def encodes(self, to):
+        fitting = to is self._fitting and bool(self._oof)
+        for n in self.encodings:
+            vals = self._lookup(to.items[n], n)
+            if fitting:   # the training rows (first in the frame) get their out-of-fold values
+                oof = self._oof[n]
+                vals[:len(oof)] = oof
+            cols = self._out_names(n)
+            mk = require_cudf().Series if is_cudf(to.items) else pd.Series
+            for i,c in enumerate(cols):
+                to[c] = mk(vals[:, i], index=to.items.index, name=c)
+                if c not in to.cont_names: to.cont_names.append(c)
+        return to
+
+def _target_mean(y):
+    "scikit-learn's `np.mean(y, axis=0)`: a float (binary, continuous) or one per class."
+    m = _xp(y).mean(y, axis=0)
+    return float(m) if y.ndim == 1 else to_host(m)
+
+def _encode(codes, y, k, smooth, mean=None):
+    "Encodings (k, outputs): one column, or one per class of a one-hot `y` (each with its class's mean and variance)."
+    xp = _xp(y)
+    if y.ndim == 1: return target_encodings(codes, y, k, smooth, mean)[:, None]
+    means = xp.mean(y, axis=0) if mean is None else mean
+    return xp.stack([target_encodings(codes, y[:, i], k, smooth, means[i]) for i in range(y.shape[1])], axis=1)
+
+def _out_of_fold(codes, y, k, smooth, folds, n_folds):
+    "Each row's encodings from the other folds' rows (scikit-learn's `fit_transform`): rows, outputs."
+    xp = _xp(y)
+    res = xp.empty((len(codes), 1 if y.ndim == 1 else y.shape[1]), 'f8')
+    for f in range(n_folds):
+        te = folds == f
+        tr = ~te
+        enc = _encode(codes[tr], y[tr], k, smooth, xp.mean(y[tr], axis=0))
+        res[te] = enc[codes[te]]
+    return res
