@@ -8,7 +8,8 @@ from fastai.tabular.core import TabularProc
 
 from .backend import encode_codes, is_cudf, require_cudf, sorted_uniques, to_host
 
-__all__ = ['TargetEncode', 'target_encodings', 'fold_ids']
+__all__ = ['TargetEncode', 'target_encodings', 'fold_ids', 'category_sums', 'category_means', 'm_smoothed',
+           'auto_smoothed', 'one_hot']
 
 _TYPES = ('auto', 'continuous', 'binary', 'multiclass')
 
@@ -22,6 +23,32 @@ def _values(col):
     "A column's values as an array on its device (NumPy or CuPy)."
     return col.values if is_cudf(col) else col.to_numpy()
 
+def category_sums(codes, w, n_cats:int, start=None):
+    """Sums (float64) of the weights `w` by category `codes` (ints in `[0, n_cats)`), added in row order onto `start`
+    (the running sums of earlier rows; default zeros): NumPy's `bincount` adds in that order, as scikit-learn's loop
+    does, so summing a frame a part at a time, each part onto the last one's sums, gives the same bits."""
+    xp = _xp(w)
+    if start is None: return xp.bincount(codes, weights=w, minlength=n_cats)
+    return xp.bincount(xp.concatenate([xp.arange(n_cats), codes]), weights=xp.concatenate([start, w.astype('f8')]),
+                       minlength=n_cats)
+
+def m_smoothed(sums, counts, mean:float):
+    "Encodings from sums and counts started at `m * mean` and `m`: `sums / counts`, `mean` for a category with neither."
+    xp = _xp(sums)
+    with np.errstate(divide='ignore', invalid='ignore'): return xp.where(counts == 0, mean, sums / counts)
+
+def auto_smoothed(means, counts, ssd, var:float, mean:float):
+    """scikit-learn's empirical Bayes encodings from each category's mean, row count and sum of squared deviations
+    from its mean (`ssd`), and the target's variance and mean: `lam * means + (1 - lam) * mean`, `lam` = `var * n /
+    (var * n + ssd / n)`; `mean` where `lam` is NaN (no rows, or no variance at all)."""
+    xp = _xp(means)
+    with np.errstate(divide='ignore', invalid='ignore'):
+        lam = var * counts / (var * counts + ssd / counts)
+        return xp.where(xp.isnan(lam), mean, lam * means + (1 - lam) * mean)
+
+def category_means(sums, counts):
+    with np.errstate(divide='ignore', invalid='ignore'): return sums / counts
+
 def target_encodings(codes, y, n_cats:int, smooth, mean=None):
     """Encodings (float64, `n_cats` of them) of the categories `codes` (ints in `[0, n_cats)`) of target `y` (1-d),
     as scikit-learn's `TargetEncoder` computes them: `smooth` 'auto' (empirical Bayes, from `y`'s variance) or m >= 0
@@ -29,23 +56,16 @@ def target_encodings(codes, y, n_cats:int, smooth, mean=None):
     scikit-learn's loop bit for bit; CuPy adds in another order). A category with no rows gets `mean` (default:
     `y`'s)."""
     xp = _xp(y)
-    if mean is None: mean = xp.mean(y)
-    mean = float(mean)
-    with np.errstate(divide='ignore', invalid='ignore'):
-        if smooth == 'auto':
-            var = float(xp.var(y))
-            cnt = xp.bincount(codes, minlength=n_cats)
-            means = xp.bincount(codes, weights=y, minlength=n_cats) / cnt
-            d = y.astype('f8') - means[codes]
-            ssd = xp.bincount(codes, weights=d * d, minlength=n_cats)
-            lam = var * cnt / (var * cnt + ssd / cnt)
-            # no rows, or no variance at all: the mean (scikit-learn's NaN rule)
-            return xp.where(xp.isnan(lam), mean, lam * means + (1 - lam) * mean)
-        # the smoothing terms first, then each row: scikit-learn's order of additions
-        at = xp.concatenate([xp.arange(n_cats), codes])
-        sums = xp.bincount(at, weights=xp.concatenate([xp.full(n_cats, smooth * mean), y.astype('f8')]))
-        counts = xp.bincount(at, weights=xp.concatenate([xp.full(n_cats, float(smooth)), xp.ones(len(codes))]))
-        return xp.where(counts == 0, mean, sums / counts)
+    mean = float(xp.mean(y) if mean is None else mean)
+    if smooth == 'auto':
+        cnt = xp.bincount(codes, minlength=n_cats)
+        means = category_means(category_sums(codes, y, n_cats), cnt)
+        d = y.astype('f8') - means[codes]
+        return auto_smoothed(means, cnt, category_sums(codes, d * d, n_cats), float(xp.var(y)), mean)
+    # the smoothing terms first, then each row: scikit-learn's order of additions
+    sums = category_sums(codes, y, n_cats, xp.full(n_cats, smooth * mean))
+    counts = category_sums(codes, xp.ones(len(codes)), n_cats, xp.full(n_cats, float(smooth)))
+    return m_smoothed(sums, counts, mean)
 
 def fold_ids(y_codes, folds:int, seed:int, stratify:bool):
     """Each training row's fold (0..folds-1, host int64): scikit-learn's `StratifiedKFold` (classes, `y_codes` their
@@ -94,8 +114,8 @@ class TargetEncode(TabularProc):
         try: return super().setup(items, train_setup)
         finally: self._fitting,self._oof = None,None
 
-    def _check(self, to):
-        "The errors, before any work: the names, one target, no NaN in it."
+    def check_names(self, to) -> tuple:
+        "`(names, target)`: the columns to encode and the target's name, or an error naming what is wrong."
         if len(to.y_names) != 1:
             raise ValueError(f"TargetEncode needs one target column, got y_names={list(to.y_names)}")
         y = to.y_names[0]
@@ -107,6 +127,32 @@ class TargetEncode(TabularProc):
                                f"{list(to.items.columns)[:20]})")
         bad = [n for n in names if n in mh or n == y]
         if bad: raise ValueError(f"TargetEncode encodes single-hot columns, not the target or multi-hot ones: {bad}")
+        return names, y
+
+    def has_classes(self, y:str, dtype) -> bool:
+        "Whether the target `y` of `dtype` is classes (fastai's rule for 'auto': numbers regress), or an error."
+        kind = self.target_type
+        if kind == 'auto': return not _is_number(dtype)
+        if kind == 'continuous' and not _is_number(dtype):
+            raise TypeError(f"target column {y!r} has dtype {dtype}: a continuous target needs numbers")
+        return kind != 'continuous'
+
+    def kind_of(self, y:str) -> str:
+        "'continuous', 'binary' or 'multiclass', from `target_classes` (None for a continuous target)."
+        c = self.target_classes
+        if c is None: return 'continuous'
+        if self.target_type == 'binary' and len(c) > 2:
+            raise ValueError(f"target column {y!r} has {len(c)} classes, not 2: use target_type='multiclass' or 'auto'")
+        return 'binary' if self.target_type == 'binary' or len(c) <= 2 else 'multiclass'
+
+    def set_encodings(self, n:str, vocab:list, nan:bool, enc) -> None:
+        "Keep column `n`'s encodings (categories, outputs) on the host, by category (a missing one last, if seen)."
+        index = pd.Index([*vocab, np.nan], dtype=object) if nan else pd.Index(vocab)
+        self.encodings[n] = pd.DataFrame(to_host(enc), index=index, columns=self.out_names(n))
+
+    def _check(self, to):
+        "The errors, before any work: the names, one target, no NaN in it."
+        names, y = self.check_names(to)
         if bool(to.items[y].isna().any()):
             raise ValueError(f"target column {y!r} contains NaN/null in the training rows: TargetEncode needs every "
                              "training row's target; drop or fill those rows")
@@ -119,20 +165,13 @@ class TargetEncode(TabularProc):
 
     def _setups(self, to):
         names, ycol = self._check(to)
-        kind = self.target_type
-        if kind == 'auto': kind = 'continuous' if _is_number(ycol.dtype) else 'classes'
-        if kind == 'continuous':
-            if not _is_number(ycol.dtype): raise TypeError(f"target column {ycol.name!r} has dtype {ycol.dtype}: a "
-                                                           "continuous target needs numbers")
-            self.target_classes,y = None,_values(ycol).astype('f8')
+        if not self.has_classes(ycol.name, ycol.dtype): self.target_classes,y = None,_values(ycol).astype('f8')
         else:
             self.target_classes = sorted_uniques(ycol)
             codes = _values(encode_codes(ycol, self.target_classes, add=0)).astype('int64')
-            if kind == 'classes': kind = 'binary' if len(self.target_classes) <= 2 else 'multiclass'
-            # scikit-learn's labels: 0/1 for binary (LabelEncoder), one int64 column per class (LabelBinarizer)
-            one_hot = lambda: (codes[:, None] == _xp(codes).arange(len(self.target_classes))).astype('int64')
-            y = codes if kind == 'binary' else one_hot()
-        self.target_type_ = kind
+        kind = self.target_type_ = self.kind_of(ycol.name)
+        # scikit-learn's labels: 0/1 (LabelEncoder), an int64 column per class (LabelBinarizer)
+        if kind != 'continuous': y = codes if kind == 'binary' else one_hot(codes, len(self.target_classes))
         self.target_mean = _target_mean(y)
         folds = None
         if self._fitting is not None and self.folds:
@@ -146,17 +185,16 @@ class TargetEncode(TabularProc):
             nan = bool((codes_n < 0).any())   # missing values: a category of their own, the last one
             k = len(vocab) + nan
             if nan: codes_n = _xp(codes_n).where(codes_n < 0, len(vocab), codes_n)
-            enc = _encode(codes_n, y, k, self.smooth)
-            index = pd.Index([*vocab, np.nan], dtype=object) if nan else pd.Index(vocab)
-            self.encodings[n] = pd.DataFrame(to_host(enc), index=index, columns=self._out_names(n))
+            self.set_encodings(n, vocab, nan, _encode(codes_n, y, k, self.smooth))
             if folds is not None: self._oof[n] = _out_of_fold(codes_n, y, k, self.smooth, folds, self.folds)
 
     @property
     def made_names(self) -> list:
         "The columns this proc adds (checked as present by `check_columns` only after it ran)."
-        return [c for n in getattr(self, 'encodings', {}) for c in self._out_names(n)]
+        return [c for n in getattr(self, 'encodings', {}) for c in self.out_names(n)]
 
-    def _out_names(self, n) -> list:
+    def out_names(self, n) -> list:
+        "The columns made from cat column `n`: `<n>_te`, or `<n>_te_<class>` for each class of a multi-class target."
         if self.target_type_ != 'multiclass': return [f'{n}_te']
         return [f'{n}_te_{c}' for c in self.target_classes]
 
@@ -174,6 +212,12 @@ class TargetEncode(TabularProc):
         codes = xp.where(_values(col.isna()), len(vocab), codes)
         return xp.asarray(table)[codes]
 
+    def encoded(self, df):
+        "The columns this proc makes for the rows of `df` (pandas or cuDF), from the statistic of all training rows."
+        vals = {c: v[:, i] for n in self.encodings for v in [self._lookup(df[n], n)]
+                for i,c in enumerate(self.out_names(n))}
+        return (require_cudf().DataFrame if is_cudf(df) else pd.DataFrame)(vals, index=df.index)
+
     def encodes(self, to):
         fitting = to is self._fitting and bool(self._oof)
         for n in self.encodings:
@@ -181,12 +225,15 @@ class TargetEncode(TabularProc):
             if fitting:   # the training rows (first in the frame) get their out-of-fold values
                 oof = self._oof[n]
                 vals[:len(oof)] = oof
-            cols = self._out_names(n)
             mk = require_cudf().Series if is_cudf(to.items) else pd.Series
-            for i,c in enumerate(cols):
+            for i,c in enumerate(self.out_names(n)):
                 to[c] = mk(vals[:, i], index=to.items.index, name=c)
                 if c not in to.cont_names: to.cont_names.append(c)
         return to
+
+def one_hot(codes, n:int):
+    "An int64 column per class (scikit-learn's `LabelBinarizer` of more than two classes), on the codes' device."
+    return (codes[:, None] == _xp(codes).arange(n)).astype('int64')
 
 def _target_mean(y):
     "scikit-learn's `np.mean(y, axis=0)`: a float (binary, continuous) or one per class."
