@@ -212,3 +212,10 @@ def test_export_onnx_names_the_proc(adult):
     with pytest.raises(TypeError, match='TargetEncode'), warnings.catch_warnings():
         warnings.simplefilter('ignore')
         export_onnx(learn, 'unused.onnx')
+
+def test_bench_suite_small():
+    "`python -m fastai_gpu_tabular.bench --suite target` at a small size: both encoders ran and agree bit for bit."
+    from fastai_gpu_tabular.bench.target import format_table, target_suite
+    res = target_suite(rows=20_000, names=('C4', 'C16'), repeat=1)
+    assert res['max_abs_diff'] == 0 and set(res['results']) == {'sklearn TargetEncoder', 'TargetEncode'}
+    assert 'TargetEncode' in format_table(res)
