@@ -3,7 +3,6 @@ smoothing: the out-of-fold values of the training rows (`fit_transform`), the st
 validation rows, `new`, `test_dl` and `predict` (`transform`), and the learned encodings. Both add each category's
 target in row order, so they agree exactly (NumPy's `bincount` is scikit-learn's loop); on cuDF, within the bound of
 another order of addition."""
-import warnings
 import numpy as np, pandas as pd, pytest
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.preprocessing import TargetEncoder
@@ -203,15 +202,38 @@ def test_bad_input_names_the_column_and_leaves_the_frame(adult):
     to.new(ok).process()
     pd.testing.assert_frame_equal(ok, adult.iloc[:2000])
 
-def test_export_onnx_names_the_proc(adult):
-    pytest.importorskip('onnx')
-    from fastai_gpu_tabular.all import export_onnx
-    to = TabularGPU(adult.iloc[:3000], procs=[TargetEncode(['education']), Categorify, Normalize],
-                    cat_names=['education'], cont_names=['age'], y_names='income')
-    learn = tabular_learner(to.dataloaders(bs=256), layers=[8])
-    with pytest.raises(TypeError, match='TargetEncode'), warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        export_onnx(learn, 'unused.onnx')
+ONNX_CASES = {'adult': ('income', ['education', 'occupation'], ['age']),            # strings, NaN a category
+              'adult-race': ('race', ['native-country'], ['age']),                    # a column per class
+              'movielens': ('rating', ['userId', 'movieId'], [])}                     # int64 keys
+
+@pytest.mark.parametrize('case', list(ONNX_CASES))
+def test_export_onnx_encodes_like_test_dl(adult, ratings, case, tmp_path):
+    """`export_onnx`'s graph from raw columns (unseen and missing categories among them) gives the conts and cat codes
+    `test_dl` packs, exactly: the same float64 encodings, Normalize's float64 arithmetic, one cast to float32."""
+    ort = pytest.importorskip('onnxruntime')
+    import onnx
+    from fastai_gpu_tabular.all import export_onnx, onnx_inputs
+    y, names, conts = ONNX_CASES[case]
+    df = ratings if case == 'movielens' else adult
+    splits = _splits(df)
+    to = TabularGPU(df, procs=[TargetEncode(names), Categorify, FillMissing, Normalize], cat_names=names,
+                    cont_names=conts, y_names=y, splits=splits)
+    learn = tabular_learner(to.dataloaders(bs=1024), layers=[8])
+    test = df.iloc[splits[1][:3000]].drop(columns=y).copy()
+    if case != 'movielens':   # a category no training row has, and missing ones
+        test.loc[test.index[::7], names[0]] = 'Not-in-training'
+        test.loc[test.index[3::7], names[0]] = np.nan
+    else: test.loc[test.index[::7], 'movieId'] = -5
+    path = export_onnx(learn, tmp_path/'te.onnx')
+    model = onnx.load(str(path))
+    model.graph.output.extend([onnx.helper.make_tensor_value_info(f'fgt/{k}', t, None)
+                               for k,t in (('x_cat', onnx.TensorProto.INT64), ('x_cont', onnx.TensorProto.FLOAT))])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider'])
+    x_cat, x_cont = sess.run(['fgt/x_cat', 'fgt/x_cont'], onnx_inputs(test, sess))
+    dl = learn.dls.test_dl(test, bs=len(test))
+    b = dl.one_batch()
+    np.testing.assert_array_equal(x_cat, b[0].numpy())
+    np.testing.assert_array_equal(x_cont, b[1].numpy())
 
 def test_bench_suite_small():
     "`python -m fastai_gpu_tabular.bench --suite target` at a small size: both encoders ran and agree bit for bit."
