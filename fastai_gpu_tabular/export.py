@@ -241,12 +241,12 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     """Write `learn` as one ONNX file from raw columns to predictions: the procs' learned state as ONNX ops (Categorify
     -> LabelEncoder, unseen -> 0 '#na#'; a multi-hot string column -> StringSplit, padded with -1 or cut to its slots;
     FillMissing -> IsNaN/Where and the `_na` flag; Normalize -> Sub/Div; TargetEncode -> LabelEncoder to doubles, the
-    missing category's value for a missing input, the target's mean for an unseen one) merged with the model, whose multi-hot bags
-    export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64 (integer and bool
-    categories), double (continuous and float categories; NaN is missing); a list column as its elements joined by
-    `list_sep`. The output `preds` is what `get_preds` returns: probabilities, or the (y_range-scaled) values.
-    `onnx_inputs(df, path)` makes the inputs from a frame. `procs=False`: the model alone, on the loader's batches
-    (`x_cat` int32, `x_cont` float32). Returns `path`."""
+    missing category's value for a missing input, the target's mean for an unseen one) merged with the model, whose
+    multi-hot bags export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64
+    (integer and bool categories), double (continuous and float categories; NaN is missing); a list column as its
+    elements joined by `list_sep`. The output `preds` is what `get_preds` returns: probabilities, or the
+    (y_range-scaled) values. `onnx_inputs(df, path)` makes the inputs from a frame. `procs=False`: the model alone, on
+    the loader's batches (`x_cat` int32, `x_cont` float32). Returns `path`."""
     import onnx
     from onnx import helper
     to = learn.dls.train_ds
