@@ -28,7 +28,8 @@ def category_sums(codes, w, n_cats:int, start=None):
     (the running sums of earlier rows; default zeros): NumPy's `bincount` adds in that order, as scikit-learn's loop
     does, so summing a frame a part at a time, each part onto the last one's sums, gives the same bits."""
     xp = _xp(w)
-    if start is None: return xp.bincount(codes, weights=w, minlength=n_cats)
+    # weights as float64, as NumPy's bincount takes them (CuPy adds its weights' own type)
+    if start is None: return xp.bincount(codes, weights=w.astype('f8'), minlength=n_cats)
     return xp.bincount(xp.concatenate([xp.arange(n_cats), codes]), weights=xp.concatenate([start, w.astype('f8')]),
                        minlength=n_cats)
 
@@ -214,7 +215,7 @@ class TargetEncode(TabularProc):
 
     def encoded(self, df):
         "The columns this proc makes for the rows of `df` (pandas or cuDF), from the statistic of all training rows."
-        vals = {c: v[:, i] for n in self.encodings for v in [self._lookup(df[n], n)]
+        vals = {c: _column(v, i) for n in self.encodings for v in [self._lookup(df[n], n)]
                 for i,c in enumerate(self.out_names(n))}
         return (require_cudf().DataFrame if is_cudf(df) else pd.DataFrame)(vals, index=df.index)
 
@@ -227,9 +228,13 @@ class TargetEncode(TabularProc):
                 vals[:len(oof)] = oof
             mk = require_cudf().Series if is_cudf(to.items) else pd.Series
             for i,c in enumerate(self.out_names(n)):
-                to[c] = mk(vals[:, i], index=to.items.index, name=c)
+                to[c] = mk(_column(vals, i), index=to.items.index, name=c)
                 if c not in to.cont_names: to.cont_names.append(c)
         return to
+
+def _column(a, i):
+    "Column `i` of a 2-d array, contiguous (cuDF takes no strided CuPy array)."
+    return _xp(a).ascontiguousarray(a[:, i])
 
 def one_hot(codes, n:int):
     "An int64 column per class (scikit-learn's `LabelBinarizer` of more than two classes), on the codes' device."
