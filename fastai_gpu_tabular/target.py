@@ -122,7 +122,10 @@ class TargetEncode(TabularProc):
         y = to.y_names[0]
         if y not in to.items.columns: raise KeyError(f"TargetEncode: the target column {y!r} is not in the frame")
         mh = getattr(to, 'multi_hot', {})
-        names = self.names if self.names is not None else [n for n in to.cat_names if n not in mh]
+        # by default the single-hot cats of the frame, not FillMissing's `_na` flags (there if it ran first)
+        flags = {f'{c}_na' for c in to.cont_names}
+        names = self.names if self.names is not None else [n for n in to.cat_names
+                                                           if n not in mh and n not in flags and n in to.items.columns]
         bad = [n for n in names if n not in to.items.columns]
         if bad: raise KeyError(f"TargetEncode: column(s) {bad} are not in the frame (it has "
                                f"{list(to.items.columns)[:20]})")

@@ -175,6 +175,18 @@ def test_learner_predict_test_dl_export(adult, tmp_path):
     assert loaded.dls.train_ds.procs.target_type_ == 'binary'
     assert (loaded.predict(row)[2] == p).all()
 
+def test_defaults_encode_the_single_hot_cats():
+    """`TargetEncode` with no names encodes every single-hot cat column, not FillMissing's `_na` flags, whichever runs
+    first; flights' origin (three airports) by carrier and destination, a column per airport."""
+    from fastai_gpu_tabular.datasets import load_flights
+    df = load_flights(nrows=20000)
+    kw = dict(cat_names=['carrier', 'dest'], cont_names=['dep_delay'], y_names='origin')
+    for procs in ([FillMissing, TargetEncode, Categorify], [TargetEncode, FillMissing, Categorify]):
+        to = TabularGPU(df, procs=procs, **kw)
+        te = next(p for p in to.procs.fs if isinstance(p, TargetEncode))
+        assert list(te.encodings) == ['carrier', 'dest'] and 'dep_delay_na' in to.cat_names
+        assert te.made_names == [f'{c}_te_{o}' for c in ('carrier', 'dest') for o in ('EWR', 'JFK', 'LGA')]
+
 def test_target_encodings_is_the_documented_formula(ratings):
     "With smooth m: (sum + m * mean) / (count + m) per category, from pandas' own groupby."
     y, codes = ratings['rating'].to_numpy(), pd.factorize(ratings['userId'])[0]
