@@ -5,6 +5,7 @@ from .backend import *
 from .checks import *
 from .procs import *
 from .target import *
+from .groupby import *
 from .pack import *
 from .loader import *
 from .core import *
