@@ -5,6 +5,8 @@ from .backend import *
 from .checks import *
 from .procs import *
 from .hashing import *
+from .target import *
+from .groupby import *
 from .pack import *
 from .loader import *
 from .core import *

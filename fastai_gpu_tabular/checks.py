@@ -15,7 +15,7 @@ from .backend import Column, Frame, holds_strings, is_cudf, is_list_dtype, is_nu
 
 __all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
            'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
-           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns']
+           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns']
 
 def check_rows(n:int) -> None:
     "Set-up needs rows: a ValueError for an empty frame (`n` rows)."
@@ -35,10 +35,6 @@ def _fill_missing(procs) -> FillMissing|None:
         if isinstance(p, type) and issubclass(p, FillMissing): p = p()   # a class: its defaults say
         if isinstance(p, FillMissing) and p.add_col: return p
 
-def _made_names(procs) -> set:
-    "Columns the procs make (a `HashedCross`'s `made_names`), which a frame given to `new` lacks until they run."
-    return {n for p in getattr(procs, 'fs', L(procs)) for n in getattr(p, 'made_names', None) or ()}
-
 def check_columns(columns:Iterable, cat_names:list, cont_names:list, y_names:list, procs:list|None,
                   setup:bool=True) -> None:
     """A KeyError unless the frame's `columns` hold the named ones (the targets only at set-up: a frame given to `new`
@@ -47,14 +43,18 @@ def check_columns(columns:Iterable, cat_names:list, cont_names:list, y_names:lis
     rows are known."""
     columns = list(columns)
     made = {f'{n}_na' for n in cont_names} if _fill_missing(procs) is not None else set()
-    made |= _made_names(procs)
-    need = [n for n in cat_names if n not in made] + list(cont_names) + (list(y_names) if setup else [])
+    made |= made_columns(procs)   # a HashedCross's crosses; TargetEncode's conts, once set up
+    need = [n for n in [*cat_names, *cont_names] if n not in made] + (list(y_names) if setup else [])
     have = set(columns)
     missing = [n for n in need if n not in have]
     if not missing: return
     na = [n for n in missing if n.endswith('_na') and n[:-3] in cont_names]
     hint = f"; {na} would be made by FillMissing (with add_col=True), which procs lacks" if na else ""
     raise KeyError(f"column(s) {missing} are not in the frame (it has {columns[:20]})" + hint)
+
+def made_columns(procs) -> set:
+    "Names of the columns set-up procs add to the frame (their `made_names`, e.g. TargetEncode's `<name>_te`)."
+    return {c for p in getattr(procs, 'fs', L(procs)) if not isinstance(p, type) for c in getattr(p, 'made_names', ())}
 
 def check_na_names(cat_names:list, columns:Iterable, procs:list|None, setup:bool,
                    train_nan:Callable[[str], bool]) -> None:
@@ -63,7 +63,7 @@ def check_na_names(cat_names:list, columns:Iterable, procs:list|None, setup:bool
     have = set(columns)
     fm = _fill_missing(procs)
     learned = getattr(fm, 'na_dict', None)   # None before set-up
-    for n in [n for n in cat_names if n not in have and n not in _made_names(procs)]:
+    for n in [n for n in cat_names if n not in have and n not in made_columns(procs)]:
         c = n[:-3]   # `check_columns` let only `<cont>_na` names through, and only with such a FillMissing
         made = train_nan(c) if setup else (learned is None or c in learned)
         if not made:
@@ -97,7 +97,9 @@ def check_unfilled_nan(bad:list, has_fill:bool) -> None:
 def fill_nan_check(to:Tabular, na_dict:dict|None) -> None:
     "Raise, naming the columns, if a continuous column of `to` has NaN that nothing fills (`na_dict`: FillMissing's)."
     known = set(na_dict or ())
-    check_unfilled_nan([n for n in to.cont_names if n not in known and to.items[n].isna().any()], na_dict is not None)
+    have = set(to.items.columns)   # a column a proc makes (`made_columns`) is not there yet
+    check_unfilled_nan([n for n in to.cont_names if n not in known and n in have and to.items[n].isna().any()],
+                       na_dict is not None)
 
 def check_fill_value(name:str, v:Any) -> None:
     "A ValueError if FillMissing computed no fill value `v` for continuous column `name`: it is all NaN in training."

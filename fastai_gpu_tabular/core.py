@@ -141,7 +141,7 @@ class TabularGPU(Tabular):
         "Bad input fails here, naming the columns, before any proc runs; and the packed rows are about to go stale."
         if setup: check_rows(len(self.items))
         check_columns(self.items.columns, self.cat_names, self.cont_names, self.y_names, self.procs, setup)
-        check_inf({n: count_inf(self.items[n]) for n in self.cont_names})
+        check_inf({n: count_inf(self.items[n]) for n in self.cont_names if n in self.items.columns})
         if not self._has(FillMissing): fill_nan_check(self, None)
         train_nan = lambda c: self.items[c].iloc[:self.split].isna().any()
         check_na_names(self.cat_names, self.items.columns, self.procs, setup, train_nan)

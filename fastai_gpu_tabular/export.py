@@ -15,6 +15,7 @@ from fastai.learner import Learner
 from .hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
 from .pack import cat_widths
 from .procs import buckets_of, vocab_values
+from .target import TargetEncode
 
 __all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
 
@@ -81,9 +82,10 @@ def _procs(to) -> dict:
         elif isinstance(t, FillMissing): res['fill'] = t
         elif isinstance(t, Normalize): res['norm'] = t
         elif isinstance(t, (HashBucket, HashedCross)): res.setdefault('hash', []).append(t)   # on the host
+        elif isinstance(t, TargetEncode): res['te'] = t
         elif not isinstance(t, (Categorize, RegressionSetup, MultiCategorize, EncodedMultiCategorize)): other.append(t)
-    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing, Normalize, HashBucket and HashedCross, not "
-                              f"{[type(t).__name__ for t in other]}")
+    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing, Normalize, HashBucket, HashedCross and "
+                              f"TargetEncode, not {[type(t).__name__ for t in other]}")
     return res
 
 def _key_type(name, values) -> str:
@@ -112,7 +114,13 @@ class _Graph:
         self.nodes.append(helper.make_node(op_type, list(ins), outs, domain=domain, **attrs))
         return outs if n_out > 1 else outs[0]
     def input(self, name, elem_type):
+        "The graph input `name`, made once (a column TargetEncode and Categorify both read is one input)."
         from onnx import helper
+        have = {i.name: i.type.tensor_type.elem_type for i in self.inputs}
+        if name in have and have[name] != elem_type:
+            raise TypeError(f"column {name!r} would be two ONNX inputs of different types: export_onnx reads each "
+                            "column as one type")
+        if name in have: return name
         self.inputs.append(helper.make_tensor_value_info(name, elem_type, ['batch']))
         return name
 
@@ -141,6 +149,23 @@ class _Graph:
         keep = self.op('Less', self.const(np.arange(width, dtype=np.int64)), self.column(z))
         return self.op('Where', keep, codes, self.const(np.int64(-1)))
 
+    def target(self, x, enc, kind, mean):
+        """TargetEncode's value (double) of `x` from `enc` (a category's value by category, a missing category's last
+        if seen): the missing one's for a missing input ('#na#', the int64 minimum, NaN), `mean` for anything else."""
+        from onnx import helper, TensorProto as T
+        nan = len(enc) > 0 and pd.isna(enc.index[-1])
+        missing = float(enc.iloc[-1]) if nan else float(mean)
+        cast = {'string': str, 'int64': int, 'double': float}[kind]
+        keys, vals = [cast(v) for v in enc.index[:len(enc) - nan]], [float(v) for v in enc.iloc[:len(enc) - nan]]
+        na_key = {'string': NA_STRING, 'int64': int(np.iinfo(np.int64).min)}.get(kind)   # what onnx_inputs sends
+        if na_key is not None and na_key not in keys: keys, vals = [*keys, na_key], [*vals, missing]
+        if not keys: keys, vals = [NA_STRING if kind == 'string' else 0], [float(mean)]   # LabelEncoder needs one key
+        tt = {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind]
+        y = self.op('LabelEncoder', x, keys_tensor=helper.make_tensor('keys', tt, [len(keys)], keys),
+                    values_tensor=helper.make_tensor('values', T.DOUBLE, [len(vals)], vals),
+                    default_tensor=helper.make_tensor('default', T.DOUBLE, [1], [float(mean)]))
+        return self.op('Where', self.op('IsNaN', x), self.const(np.float64(missing)), y) if kind == 'double' else y
+
     def column(self, x): return self.op('Unsqueeze', x, self.const(np.array([1], np.int64)))
 
 def _bag_sep(to, name, list_sep) -> tuple:
@@ -158,10 +183,20 @@ def _procs_graph(to, list_sep='|'):
     na_dict = fill.na_dict if fill is not None else {}
     flags = {f'{n}_na': n for n in na_dict} if fill is not None and fill.add_col else {}
     mh = getattr(to, 'multi_hot', {})
+    te = procs.get('te')
+    te_out = {c: (s, i) for s in te.encodings for i,c in enumerate(te.out_names(s))} if te is not None else {}
     cols,conts,flag_x = {},[],{}
     for n in to.cont_names:
-        x = g.input(n, T.DOUBLE)
-        cols[n] = {'type': 'double', 'kind': 'cont'}
+        if n in te_out:   # TargetEncode: its cat column's raw values through a LabelEncoder to doubles
+            s,i = te_out[n]
+            enc = te.encodings[s].iloc[:, i]
+            kind = _key_type(s, [v for v in enc.index if not pd.isna(v)])
+            x = g.input(s, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
+            cols.setdefault(s, {'type': kind, 'kind': 'cat'})
+            x = g.target(x, enc, kind, np.atleast_1d(te.target_mean)[i])
+        else:
+            x = g.input(n, T.DOUBLE)
+            cols[n] = {'type': 'double', 'kind': 'cont'}
         if n in na_dict:   # FillMissing: the flag from IsNaN, the fill by Where
             isna = g.op('IsNaN', x)
             flag_x[f'{n}_na'] = g.op('Cast', isna, to=T.INT64)
@@ -215,10 +250,12 @@ def _rename_output(model, old, new):
 def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True, opset:int=_OPSET) -> Path:
     """Write `learn` as one ONNX file from raw columns to predictions: the procs' learned state as ONNX ops (Categorify
     -> LabelEncoder, unseen -> 0 '#na#'; a multi-hot string column -> StringSplit, padded with -1 or cut to its slots;
-    FillMissing -> IsNaN/Where and the `_na` flag; Normalize -> Sub/Div) merged with the model, whose multi-hot bags
-    export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64 (integer and bool
-    categories), double (continuous and float categories; NaN is missing); a list column as its elements joined by
-    `list_sep`. The output `preds` is what `get_preds` returns: probabilities, or the (y_range-scaled) values.
+    FillMissing -> IsNaN/Where and the `_na` flag; Normalize -> Sub/Div; TargetEncode -> LabelEncoder to doubles, the
+    missing category's value for a missing input, the target's mean for an unseen one) merged with the model, whose
+    multi-hot bags export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64
+    (integer and bool categories), double (continuous and float categories; NaN is missing); a list column as its
+    elements joined by `list_sep`. The output `preds` is what `get_preds` returns: probabilities, or the
+    (y_range-scaled) values.
     Standard ONNX has no MurmurHash3: a HashBucket or HashedCross column is an input holding what those procs make (its
     bucket labels, or the cross's text), and a `Categorify(num_buckets)` column has a second input `<name>#bucket`
     with each row's bucket code, which `onnx_inputs` computes on the host from the raw columns.

@@ -148,6 +148,10 @@ def _filled(col):
     nan = xp.isnan(x)
     return xp.where(nan, x.dtype.type(0), x), int(len(x) - nan.sum())
 
+def _casts(dt) -> bool:
+    "Whether nanvar's float64 sum of a column of `dt` casts it (through the buffers): floats narrower than float64."
+    return dt.kind == 'f' and dt != np.float64   # ints were cast to float64 before; a float64 sum is one tree
+
 def _moments1(part, cols, start, n):
     "Pass 1: the pieces of the sums behind each column's mean and the mean the variance is centred on."
     res = {}
@@ -155,9 +159,9 @@ def _moments1(part, cols, start, n):
         x, cnt = _filled(part[c])
         f = x.dtype.kind == 'f'
         # mean: float columns add in their own dtype, others in float64 (through the cast buffers)
-        # variance's centre: float64 sum, cast buffers for floats; ints are cast to float64 first
+        # variance's centre: float64 sum, cast buffers for float32; ints are cast to float64 first
         res[c] = (cnt, _plan_pieces(x, SumPlan(n, cast=not f), start, x.dtype if f else np.dtype('f8')),
-                  _plan_pieces(x if f else x.astype('f8'), SumPlan(n, cast=f), start, np.dtype('f8')))
+                  _plan_pieces(x if f else x.astype('f8'), SumPlan(n, cast=_casts(x.dtype)), start, np.dtype('f8')))
     return res
 
 def _moments2(part, cols, start, n, avgs):
@@ -177,10 +181,11 @@ def mean_dtype(dtypes):
     "The dtype of pandas' `DataFrame.mean()`/`std()` over columns of `dtypes`: float32 only if all are float32."
     return np.result_type(np.float32, *[np.float64 if np.dtype(d).kind in 'iub' else d for d in dtypes])
 
-def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0) -> tuple:
+def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0, squared:bool=False) -> tuple:
     """`(means, stds)`: dicts as pandas' `df[cols].mean()` and `df[cols].std(ddof)` of the rows of the delayed
     partitions `parts` put end to end: numpy's summation order, pandas' dtypes. Three passes: the partitions' lengths
-    (Dask may cut other expressions of the same frame into other partitions), the sums behind the means, the squares."""
+    (Dask may cut other expressions of the same frame into other partitions), the sums behind the means, the squares.
+    `squared`: variances (`np.var(x, ddof=ddof)`) in place of the stds."""
     lens = compute(*[delayed(len)(p) for p in parts])
     n, starts = int(sum(lens)), np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
     p1 = compute(*[delayed(_moments1)(p, cols, int(s), n) for p,s in zip(parts, starts)])
@@ -192,7 +197,7 @@ def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0) -> tuple:
         s = SumPlan(n, cast=not f).total(*_merge(r[c][1] for r in p1), dt if f else np.dtype('f8'))
         ct = (dt if f else np.dtype('f8')).type(cnt)   # nanmean counts in the column's float dtype
         with np.errstate(all='ignore'): means[c] = s / ct if cnt else np.nan
-        s2 = SumPlan(n, cast=f).total(*_merge(r[c][2] for r in p1), np.dtype('f8'))
+        s2 = SumPlan(n, cast=_casts(dt)).total(*_merge(r[c][2] for r in p1), np.dtype('f8'))
         with np.errstate(all='ignore'): avgs[c] = s2 / ct   # nanvar: float64 sum over a count in the float dtype
     p2 = compute(*[delayed(_moments2)(p, cols, int(s), n, avgs) for p,s in zip(parts, starts)])
     stds = {}
@@ -201,7 +206,8 @@ def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0) -> tuple:
         ct = (dt if dt.kind == 'f' else np.dtype('f8')).type(counts[c])
         ssq = SumPlan(n, cast=False).total(*_merge(r[c] for r in p2), np.dtype('f8'))
         with np.errstate(all='ignore'): var = ssq / (ct - ct.dtype.type(ddof)) if counts[c] > ddof else np.nan
-        stds[c] = np.sqrt(np.float64(var).astype(dt) if dt.kind == 'f' else np.float64(var))
+        stds[c] = np.float64(var).astype(dt) if dt.kind == 'f' else np.float64(var)
+        if not squared: stds[c] = np.sqrt(stds[c])
     t = mean_dtype([dtypes[c] for c in cols])
     return {c: t.type(v) for c,v in means.items()}, {c: t.type(v) for c,v in stds.items()}
 

@@ -29,12 +29,13 @@ from ..pack import Layout, pack_rows
 from ..progress import dask_progress
 from ..stream import PackedChunks, StreamDataLoader, byte_count, free_memory
 from .procs import register_dask_procs
+from .target import TargetEncode, check_dask_target, register_dask_target
 from .stats import compute, delayed
 
 __all__ = ['TabularDask', 'DaskScan', 'valid_mask']
 
 _PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize, HashBucket,
-          HashedCross)
+          HashedCross, TargetEncode)
 
 def valid_mask(col, on=None):
     "fastai's `ColSplitter` rule on a column (pandas, cuDF or Dask): truthy values (or those equal to/in `on`) validate"
@@ -108,9 +109,10 @@ class TabularDask(TabularGPU):
         bad = [getattr(p, '__name__', type(p).__name__) for p in (procs.fs if isinstance(procs, Pipeline) else L(procs))
                if not issubclass(p if isinstance(p, type) else type(p), _PROCS)]
         if bad: raise TypeError(f"proc(s) {bad} have no Dask implementation: TabularDask runs Categorify, FillMissing, "
-                                "Normalize, HashBucket, HashedCross and the target procs")
+                                "Normalize, HashBucket, HashedCross, TargetEncode(folds=0) and the target procs")
+        if do_setup: check_dask_target(procs)   # set up in memory, out-of-fold is done: `new` encodes a Dask frame
         meta = df._meta
-        for n in cont_names:
+        for n in [n for n in cont_names if n in meta.columns]:   # a proc's columns (`made_columns`) come later
             dt = meta[n].dtype
             if not isinstance(dt, np.dtype) or not is_numeric_dtype(dt):
                 raise TypeError(f"continuous column {n!r} has dtype {dt}: on a Dask frame continuous columns need a "
@@ -228,7 +230,7 @@ class TabularDask(TabularGPU):
         self._packed = {}
         self.scan = dataclasses.replace(self.scan, nan_train=_no_flags(), nan_all=_no_flags())
         if not len(self.cont_names): return
-        x = self.items[list(self.cont_names)]
+        x = self.items[[n for n in self.cont_names if n in self.items.columns]]   # a proc's columns come later
         train = x if self.split_col is None else x[~valid_mask(self.items[self.split_col], self.split_on)]
         floats = [c for c in x.columns if x[c].dtype.kind == 'f']
         nan, train_nan, inf = (to_pandas(r) for r in compute(x.isna().any(), train.isna().any(),
@@ -299,3 +301,4 @@ class TabularDask(TabularGPU):
         return BatchDataLoaders(trn, val, path=path, device=device)
 
 register_dask_procs(TabularDask)
+register_dask_target(TabularDask)

@@ -1,0 +1,77 @@
+"""`JoinGroupby`: NVTabular's JoinGroupby as a fastai proc: per category, the count, mean and std of continuous columns
+over the training rows, joined back to every row as new continuous columns."""
+from __future__ import annotations
+
+import numpy as np, pandas as pd
+from fastai.tabular.core import TabularProc
+
+from .backend import encode_codes, is_cudf, require_cudf, to_host, to_pandas
+
+__all__ = ['JoinGroupby']
+
+_STATS = ('count', 'mean', 'std')
+
+class JoinGroupby(TabularProc):
+    """For each cat column of `names` and continuous column of `conts`, the `stats` ('count': non-missing values,
+    'mean', 'std': ddof 0, so a one-row category has 0) of the cont per category of the cat, over the training rows,
+    as continuous columns `<cat>_<cont>_<stat>` for every row. A missing category is a category; one unseen in
+    training, or with no values, gets count 0 and the cont's mean and std over all training rows. Runs first, before
+    FillMissing (raw values: missing ones are skipped) and Categorify (raw categories), whatever the list order, and
+    before Normalize, which scales the new columns. The conts must be named ones (`TabularGPU` keeps only those).
+    In memory (pandas or cuDF); not on Dask, and not in `export_onnx` (both raise, naming it)."""
+    order = -1   # before FillMissing (0), so missing values are skipped, not counted as its fill value
+    def __init__(self,
+        names:list, # cat columns to group by
+        conts:list, # continuous columns to summarise
+        stats:tuple=_STATS # any of 'count', 'mean', 'std'
+    ):
+        self.names = [names] if isinstance(names, str) else list(names)
+        self.conts = [conts] if isinstance(conts, str) else list(conts)
+        bad = [s for s in stats if s not in _STATS]
+        if bad: raise ValueError(f"JoinGroupby(stats=...) takes {_STATS}, not {bad}")
+        self.stats = list(stats)
+        self.groups = {}
+
+    @property
+    def made_names(self) -> list:
+        "The columns this proc adds."
+        return [c for g in self.groups.values() for c in g.columns]
+
+    def setups(self, to):
+        bad = [n for n in self.names + self.conts if n not in to.items.columns]
+        if bad: raise KeyError(f"JoinGroupby: column(s) {bad} are not in the frame (it has "
+                               f"{list(to.items.columns)[:20]}): name them in cat_names or cont_names")
+        bad = [n for n in self.conts if not pd.api.types.is_numeric_dtype(to.items[n].dtype)]
+        if bad: raise TypeError(f"JoinGroupby summarises numbers: column(s) {bad} are not numeric")
+        df = to.items
+        self.groups,self.defaults = {},{}
+        for x in self.conts:
+            v = df[x].astype('float64')
+            self.defaults[x] = {'count': 0., 'mean': float(v.mean()), 'std': float(v.std(ddof=0))}
+        for n in self.names:
+            cols = {}
+            for x in self.conts:
+                kw = {} if is_cudf(df) else {'observed': True}   # pandas 2 would add a category's unseen values
+                g = df[x].astype('float64').groupby(df[n], dropna=False, sort=True, **kw)
+                res = {'count': g.count(), 'mean': g.mean(), 'std': g.std(ddof=0)}
+                for s in self.stats: cols[f'{n}_{x}_{s}'] = to_pandas(res[s]).astype('float64')
+            self.groups[n] = pd.DataFrame(cols)
+
+    def encodes(self, to):
+        for n,g in self.groups.items():
+            na = np.asarray(pd.isna(g.index))
+            vocab = list(g.index[~na])
+            col = to.items[n]
+            codes = to_host(encode_codes(col, vocab, add=0)).to_numpy().astype('int64')
+            # a missing value: the missing category's row, after the others (else the defaults, last)
+            codes = np.where(to_host(col.isna()).to_numpy(), len(vocab) if na.any() else -1, codes)
+            mk = require_cudf().Series if is_cudf(to.items) else pd.Series
+            for c in g.columns:
+                x,s = c[len(n) + 1:].rsplit('_', 1)
+                v = g[c].to_numpy('f8')
+                v = np.concatenate([v[~na], v[na], [self.defaults[x][s]]])
+                # a category with no values (NaN mean, std): the cont's statistic over all training rows, as unseen
+                table = np.where(np.isnan(v), self.defaults[x][s], v)
+                to[c] = mk(table[codes], index=to.items.index, name=c)
+                if c not in to.cont_names: to.cont_names.append(c)
+        return to
