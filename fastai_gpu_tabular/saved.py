@@ -19,11 +19,13 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
 
 from .backend import frame_device, frame_of_tensors, is_dask, to_backend
+from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross
 from .pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
 from .procs import Categorify
 from .progress import progress_rows
 from .stream import PackedChunks
+from .target import TargetEncode
 
 __all__ = ['FORMAT_VERSION', 'MANIFEST', 'SAVED_TYPES', 'SavedFormatError', 'SavedCategoryMap', 'save_tabular',
            'load_tabular', 'register_saved_proc', 'encode_values', 'decode_values', 'file_digest']
@@ -201,6 +203,51 @@ def _hashing_state(p) -> dict:
             'seed': int(p.seed)}
 def _hashing_restore(cls): return lambda s: cls(s['names'], s['num_buckets'], s['seed'])
 
+def _enc_frame(df:pd.DataFrame, where:str) -> dict:
+    "A float frame by category (TargetEncode's `encodings`, JoinGroupby's `groups`): its index typed, its columns."
+    return {'index': encode_values(list(df.index), f"{where}.index"), 'index_dtype': str(df.index.dtype),
+            'columns': [str(c) for c in df.columns],
+            'values': [encode_values([float(v) for v in df[c]], where) for c in df.columns]}
+
+def _dec_frame(d:dict) -> pd.DataFrame:
+    idx, dt = pd.Index(decode_values(d['index']), dtype=object), d['index_dtype']
+    if dt not in (*_NUMPY, 'object', 'str', 'string', 'category'): raise ValueError(f"an index of dtype {dt!r}")
+    if dt not in ('object', 'category'): idx = idx.astype(dt)   # a categorical's: its values are what procs read
+    return pd.DataFrame({c: decode_values(v) for c,v in zip(d['columns'], d['values'], strict=True)}, index=idx,
+                        dtype='float64')
+
+def _target_state(p) -> dict:
+    _need(p, 'encodings', 'target_mean')
+    mean = np.atleast_1d(np.asarray(p.target_mean, dtype='f8'))
+    return {'init': {'names': p.names, 'smooth': p.smooth, 'folds': p.folds, 'seed': int(p.seed),
+                     'target_type': p.target_type},
+            'target_type_': p.target_type_, 'scalar_mean': np.ndim(p.target_mean) == 0,
+            'target_mean': encode_values([float(v) for v in mean], 'TargetEncode.target_mean'),
+            'target_classes': None if p.target_classes is None else
+                              encode_values(list(p.target_classes), 'TargetEncode.target_classes'),
+            'encodings': {n: _enc_frame(e, f"TargetEncode.encodings[{n!r}]") for n,e in p.encodings.items()}}
+
+def _target_restore(s):
+    p = TargetEncode(**s['init'])
+    mean = np.array(decode_values(s['target_mean']), dtype='f8')
+    p.target_mean = float(mean[0]) if s['scalar_mean'] else mean
+    p.target_type_ = s['target_type_']
+    p.target_classes = None if s['target_classes'] is None else decode_values(s['target_classes'])
+    p.encodings = {n: _dec_frame(d) for n,d in s['encodings'].items()}
+    return p
+
+def _groupby_state(p) -> dict:
+    _need(p, 'defaults')
+    return {'init': {'names': p.names, 'conts': p.conts, 'stats': p.stats},
+            'groups': {n: _enc_frame(g, f"JoinGroupby.groups[{n!r}]") for n,g in p.groups.items()},
+            'defaults': {x: _enc_dict(d, f"JoinGroupby.defaults[{x!r}]") for x,d in p.defaults.items()}}
+
+def _groupby_restore(s):
+    p = JoinGroupby(**s['init'])
+    p.groups = {n: _dec_frame(d) for n,d in s['groups'].items()}
+    p.defaults = {x: _dec_dict(d) for x,d in s['defaults'].items()}
+    return p
+
 register_saved_proc(Categorify, _categorify_state, _categorify_restore(Categorify))
 register_saved_proc(fatc.Categorify, _categorify_state, _categorify_restore(fatc.Categorify))
 register_saved_proc(FillMissing, _fillmissing_state, _fillmissing_restore)
@@ -210,6 +257,8 @@ register_saved_proc(EncodedMultiCategorize, _categorize_state, _multicat_restore
 register_saved_proc(RegressionSetup, _regression_state, _regression_restore)
 register_saved_proc(HashBucket, _hashing_state, _hashing_restore(HashBucket))
 register_saved_proc(HashedCross, _hashing_state, _hashing_restore(HashedCross))
+register_saved_proc(TargetEncode, _target_state, _target_restore)
+register_saved_proc(JoinGroupby, _groupby_state, _groupby_restore)
 
 def _proc_state(p) -> dict:
     name = f'{type(p).__module__}.{type(p).__qualname__}'

@@ -340,3 +340,30 @@ def test_hashing_procs_saved(adult, tmp_path):
     assert all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
     occ = ours.cat_names.index('occupation')
     assert (torch.cat([x[0][:, occ] for x in a]) > len(ours.classes['occupation']) - 9).any()   # a bucket is used
+
+@pytest.mark.parametrize('case', ['adult', 'ml'])
+def test_target_and_groupby_procs_saved(case, adult, ml, tmp_path):
+    """TargetEncode (binary and regression) and JoinGroupby round trip: the loaded Tabular's rows (out-of-fold values
+    as saved) and its encodings of raw rows (the full-training statistic, unseen categories the mean) are the saved
+    one's."""
+    from fastai_gpu_tabular.all import JoinGroupby, TargetEncode
+    if case == 'adult':
+        df, raw = adult.iloc[:8000], adult.iloc[8000:11000]
+        kw = dict(procs=[TargetEncode(['education', 'occupation']), JoinGroupby('occupation', ['age', 'fnlwgt']),
+                         Categorify, FillMissing, Normalize], **{**ADULT, 'cat_names': list(ADULT['cat_names']),
+                                                                 'cont_names': list(ADULT['cont_names'])},
+                  splits=RandomSplitter(seed=0)(range_of(df)))
+    else:
+        df, raw = ml.iloc[:8000], ml.iloc[8000:11000]
+        kw = _ml_kw(df, procs=[TargetEncode(['userId', 'movieId'], smooth=5.), Categorify, FillMissing, Normalize])
+    ours = TabularGPU(df, **kw)
+    ours.save(tmp_path/case)
+    loaded = TabularGPU.load(tmp_path/case)
+    assert loaded.cont_names == ours.cont_names
+    te = [p for p in loaded.procs.fs if type(p).__name__ == 'TargetEncode'][0]
+    te0 = [p for p in ours.procs.fs if type(p).__name__ == 'TargetEncode'][0]
+    for n,e in te0.encodings.items(): pd.testing.assert_frame_equal(te.encodings[n], e)
+    assert te.target_mean == te0.target_mean
+    assert_same_loaders(ours, loaded)
+    a, b = (_batches(to.dataloaders(bs=1024, shuffle=False).test_dl(raw)) for to in (ours, loaded))
+    assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
