@@ -25,7 +25,7 @@ The JSON it writes (schema_version 1; sizes in MB = 2**20 bytes, batch sizes as 
                  end_to_end_speedup, loader_speedup{bs}, train_speedup, peak_rss_ratio, rss_increase_ratio,
                  valid_auc_delta}}}
                  (speedups are reference time / contender time: >1 is faster; memory ratios are contender / reference)
-    targets     [{name, contender, reference, value, target, met}] (DESIGN.md's targets for the device)
+    targets     [{name, contender, reference, value, target, met}] (the targets for the device, as `check_targets` sets them)
     curve       {name: [{rows, preprocess_s, preprocess_us_per_row, loader_rows_per_s{bs}, loader_ns_per_row{bs},
                  gather_ns_per_row{bs}, overhead_ns_per_row{bs}, peak_rss_mb}]} (the gather keys for packed tensors)
     curve_growth {name: {loader_ns_per_row|gather_ns_per_row|overhead_ns_per_row: {bs: value at the largest N / at
@@ -166,7 +166,7 @@ def _packed_tensors(dl) -> tuple|None:
 
 def held_memory(to) -> dict:
     """MB a Tabular holds once its loaders exist: the processed frame (0 once a TabularGPU released it), its row
-    index, the packed rows (TabularGPU, one copy), their sum, and that sum over the packed rows (DESIGN.md: <= 1.2)."""
+    index, the packed rows (TabularGPU, one copy), their sum, and that sum over the packed rows (target: <= 1.2)."""
     released = getattr(to, 'released', None) is not None
     frame = None if released else to.items
     index = to.row_index if released else frame.index
@@ -280,7 +280,7 @@ def compute_ratios(contenders:dict) -> dict:
     return out
 
 def check_targets(res:dict) -> list:
-    "DESIGN.md's targets for this run's device, each with the measured value and whether it is met."
+    "The project's targets for this run's device, each with the measured value and whether it is met."
     gpu = res['meta']['args']['device'] == 'cuda'
     cs,vs = res['contenders'],res['ratios'].get('vs_stock_shuffle', {})
     # both stock contenders build the same TabularPandas: the faster build is the (stricter) reference
@@ -368,7 +368,7 @@ def format_table(res:dict) -> str:
                  ['valid AUC delta'] + [fmt(vs[n]['valid_auc_delta'], 'd') for n in ns]]
         out.append(table(['metric'] + ns, rows))
     if res.get('targets'):
-        out += ['', 'targets (DESIGN.md)']
+        out += ['', 'targets']
         rows = [[t['name'], t['contender'], fmt(t['value'], 'x'), f"{'<=' if 'ratio' in t['name'] else '>='} "
                  + f"{t['target']}x", {True: 'met', False: 'NOT met', None: '-'}[t['met']]] for t in res['targets']]
         out.append(table(['target', 'contender', 'value', 'target', ''], rows))
@@ -424,7 +424,7 @@ def plot_ratios(res:dict, path) -> Path:
         for bs in bss:
             if 32768 <= int(bs) <= 204800: tg[f'loader\nbs={int(bs):,}'] = 200. if gpu else 10.
         if gpu: tg['train\nepoch'] = 20.
-        for j,lbl in enumerate(labels):   # DESIGN.md's targets are set against TabDataLoader's true shuffle
+        for j,lbl in enumerate(labels):   # the targets are set against TabDataLoader's true shuffle
             if ref == 'vs_stock_shuffle' and tg.get(lbl): ax.hlines(tg[lbl], j - .45, j + .45, colors='red', ls='--')
         ax.axhline(1, color='grey', lw=0.8)
         ax.set_yscale('log')
@@ -432,7 +432,7 @@ def plot_ratios(res:dict, path) -> Path:
         ax.set_ylabel(f'speedup vs {ref[3:]} (x, log)')
         ax.set_title(f"vs {ref[3:]}: {res['meta']['data']['rows']:,} rows, {res['meta']['args']['device']}, "
                      f"torch threads {res['meta']['args']['threads'] or 'default'}"
-                     + ("\n(red dashes: DESIGN.md targets)" if ref == 'vs_stock_shuffle' else ''), fontsize=9)
+                     + ("\n(red dashes: the targets)" if ref == 'vs_stock_shuffle' else ''), fontsize=9)
         ax.legend(fontsize=8)
     if curve:
         ax = axs[-1]
