@@ -122,7 +122,7 @@ def _check(lg, mg, res, batches, n_train, n_valid):
 @pytest.mark.cuda
 @pytest.mark.parametrize('loader', LOADERS)
 def test_batch_loop_makes_no_device_sync(loader, tmp_path):
-    "Any device->host sync in the guarded scopes (`.item()`, a host copy, a boolean-mask index, a pageable upload) raises."
+    "A device->host sync in the guarded scopes (`.item()`, a host copy, a boolean-mask index, a pageable upload) raises"
     _check(*_run(loader, 'cuda', tmp_path))
 
 @pytest.mark.cuda
