@@ -5,7 +5,7 @@ import argparse, importlib, json, shlex, sys, time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .contenders import CONTENDERS, SCHEMA_VERSION, format_table, plot_ratios, run_bench, worker
+from .contenders import CONTENDERS, OPTIONAL, SCHEMA_VERSION, format_table, plot_ratios, run_bench, worker
 from .machine import hardware, versions
 
 __all__ = ['SUITES', 'int_list', 'name_list', 'run_suite', 'format_suite', 'main']
@@ -39,7 +39,9 @@ def _parser():
     a('--seed', type=int, default=0, help='seed of the data, the split and the model')
     a('--data', default=None, help='a parquet file to reuse (made with `criteo_parquet` if missing; default '
       'criteo_<rows>_s<seed>.parquet next to --out)')
-    a('--contenders', type=name_list, default=list(CONTENDERS), help=f'a subset of {",".join(CONTENDERS)}')
+    a('--contenders', type=name_list, default=list(CONTENDERS), help=f'a subset of {",".join(CONTENDERS + OPTIONAL)}')
+    a('--rmm-torch', action='store_true', help='also run gpu_cudf with torch allocating from RMM\'s pool '
+      '(`use_rmm_for_torch`; contender gpu_cudf_rmm): device memory and speed with and without')
     a('--epochs-loader', type=int, default=2, help='timed loader epochs per batch size')
     a('--warmup-epochs', type=int, default=1, help='untimed loader epochs first')
     a('--max-loader-s', type=float, default=120., help='cap on timed seconds per contender and batch size: past it, '
@@ -102,8 +104,9 @@ def main(argv=None):
         Path(opts.out).write_text(json.dumps(res, indent=1, default=str))
         print(format_suite(res))
         return res
-    bad = [c for c in opts.contenders + (opts.curve_contenders or []) if c not in CONTENDERS]
-    if bad: raise SystemExit(f'unknown contender(s) {bad}: pick from {",".join(CONTENDERS)}')
+    if opts.rmm_torch and 'gpu_cudf_rmm' not in opts.contenders: opts.contenders.append('gpu_cudf_rmm')
+    bad = [c for c in opts.contenders + (opts.curve_contenders or []) if c not in CONTENDERS + OPTIONAL]
+    if bad: raise SystemExit(f'unknown contender(s) {bad}: pick from {",".join(CONTENDERS + OPTIONAL)}')
     if opts.device == 'cuda':
         import torch
         if not torch.cuda.is_available(): raise SystemExit('--device cuda, but torch sees no CUDA device')

@@ -12,7 +12,7 @@ def _touch(b):
     for t in b: t[-1].sum()
 
 def loader_epoch(dl, deadline:float, device) -> tuple:
-    "One pass over `dl`, stopping past `deadline` (a `perf_counter` time): (seconds, rows, batches, first_batch_s, complete)."
+    "One pass over `dl`, stopping past `deadline` (a `perf_counter` time): (s, rows, batches, first_batch_s, complete)."
     t0 = time.perf_counter()
     rows = nb = 0
     first = None
@@ -74,6 +74,8 @@ def time_loader(dl, epochs=2, warmup=1, max_s=None, device='cpu', stat='best', b
         ns = [s / r * 1e9 for s,r in bares]
         res['bare_ns_per_row'] = round(min(ns) if stat == 'best' else sum(ns) / len(ns), 2)
         res['overhead_ns_per_row'] = round(1e9 / res['rows_per_s'] - res['bare_ns_per_row'], 2)
+        # the loader's rows/s over the bare gathers': 1 is the memory system's floor, reached
+        res['loader_vs_bare'] = round(res['bare_ns_per_row'] * res['rows_per_s'] / 1e9, 3)
     return res
 
 def gather_bandwidth(tensors, bs, floor_mb=256) -> dict:
