@@ -12,7 +12,7 @@ __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
            'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'codes_dtype', 'encode_codes',
            'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
-           'split_lists', 'explode_lists', 'pad_bags', 'is_dask']
+           'split_lists', 'explode_lists', 'pad_bags', 'is_dask', 'use_rmm_for_torch']
 
 # the hints' names for a frame and a column on either backend (public, not star-exported)
 Frame: TypeAlias = 'pd.DataFrame | cudf.DataFrame'
@@ -45,6 +45,21 @@ def require_cudf() -> Any:
         raise ImportError(f"cuDF is not usable here ({reason}). Install fastai_gpu_tabular[cuda12] or [cuda13], "
                           "matching the CUDA major that `nvidia-smi` reports, on a machine with an NVIDIA GPU.")
     return cudf
+
+def use_rmm_for_torch(pool:bool=True, initial_pool_size:int|None=None):
+    """Make torch allocate CUDA memory from RMM (cuDF's allocator), so that cuDF and torch share one pool instead of
+    each caching memory the other cannot use. Call it first, before torch or cuDF allocates on the GPU: RMM's resource
+    is set here (a pool unless `pool=False`), and torch accepts a new allocator only before its first allocation."""
+    try:
+        import rmm
+        from rmm.allocators.torch import rmm_torch_allocator
+    except ImportError as e:
+        raise ImportError(f"use_rmm_for_torch needs RMM, which comes with cuDF ({e}): install "
+                          "fastai_gpu_tabular[cuda12] or [cuda13] on a machine with an NVIDIA GPU") from e
+    # RMM leaves it None where torch lacks CUDAPluggableAllocator (a CPU build of torch, or an old one)
+    if rmm_torch_allocator is None: raise ImportError(f"torch {torch.__version__} cannot take RMM as its allocator")
+    rmm.reinitialize(pool_allocator=pool, initial_pool_size=initial_pool_size)
+    torch.cuda.memory.change_current_allocator(rmm_torch_allocator)
 
 def _cupy(): return _probe()[1]
 

@@ -11,7 +11,8 @@ BS = ['256', '1024']
 def bench(tmp_path_factory):
     d = tmp_path_factory.mktemp('bench')
     main(['--rows', '3000', '--bs', ','.join(BS), '--layers', '16', '--emb-sz', '4', '--epochs-loader', '1',
-          '--curve', '2000,3000', '--threads', '1', '--repeat-preprocess', '2', '--out', str(d/'results.json')])
+          '--curve', '2000,3000', '--threads', '1', '--repeat-preprocess', '2', '--rmm-torch',
+          '--out', str(d/'results.json')])
     return d, json.loads((d/'results.json').read_text())
 
 def _numbers(o):
@@ -29,7 +30,7 @@ def test_schema(bench):
     assert all(meta['versions'][k] for k in ('torch', 'fastai', 'pandas'))
     assert meta['args']['bs'] == [256, 1024] and meta['args']['device'] == 'cpu'
     assert meta['data']['rows'] == 3000 and meta['command'].startswith('python -m fastai_gpu_tabular.bench')
-    assert list(res['contenders']) == list(CONTENDERS)
+    assert list(res['contenders']) == list(CONTENDERS) + ['gpu_cudf_rmm']   # --rmm-torch adds it
 
 def test_every_contender_ran(bench):
     _, res = bench
@@ -47,9 +48,14 @@ def test_every_contender_ran(bench):
     assert set(cs['gpu_pandas']['gather_bandwidth']) == set(BS)
     # the packed loader yields what fastai's ReadTabBatch does: (cats, conts, y), one row per sample
     assert [b[0][0] for b in cs['gpu_pandas']['batch']] == [b[0][0] for b in cs['stock_shuffle']['batch']]
-    cudf = cs['gpu_cudf']
-    assert cudf['status'] in ('ok', 'skipped') and (cudf['status'] == 'ok' or cudf['reason'])
-    if not cudf_available(): assert cudf['status'] == 'skipped'
+    for name in ('gpu_cudf', 'stock_cudf_pandas', 'gpu_cudf_rmm'):   # a CPU run: skipped, saying why
+        c = cs[name]
+        assert c['status'] == 'skipped' and ('cuDF' in c['reason'] or '--device cuda' in c['reason']), c
+    # the loader against bare index_selects of its packed rows, timed between its epochs
+    for bs in BS:
+        d = cs['gpu_pandas']['loader_detail'][bs]
+        assert d['loader_vs_bare'] == round(d['bare_ns_per_row'] * d['rows_per_s'] / 1e9, 3) and d['loader_vs_bare'] > 0
+    assert 'etl_peak_gpu_mb' in cs['gpu_pandas'] and cs['gpu_pandas']['etl_peak_gpu_mb'] is None   # no GPU here
 
 def test_ratios(bench):
     _, res = bench
@@ -77,6 +83,7 @@ def test_outputs(bench):
     assert (d/'results.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     txt = format_table(res)
     assert all(n in txt for n in CONTENDERS) and 'loader speedup bs=1024' in txt
+    assert 'loader / bare index_select rows/s bs=1024' in txt
 
 def test_import_is_light():
     "Importing the module starts nothing: no fastai, no torch, no cuDF."

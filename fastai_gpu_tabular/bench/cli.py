@@ -5,10 +5,10 @@ import argparse, importlib, json, shlex, sys, time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .contenders import CONTENDERS, SCHEMA_VERSION, format_table, plot_ratios, run_bench, worker
+from .contenders import CONTENDERS, OPTIONAL, SCHEMA_VERSION, format_table, plot_ratios, run_bench, worker
 from .machine import hardware, versions
 
-__all__ = ['SUITES', 'run_suite', 'format_suite', 'main']
+__all__ = ['SUITES', 'int_list', 'name_list', 'run_suite', 'format_suite', 'main']
 
 # the suites besides `fastai` (the contenders): each a module here with `run(opts) -> dict` and
 # `format_table(res) -> str` (and `add_args(group)` for options of its own); imported only when used
@@ -16,9 +16,13 @@ SUITES = ('embeddings', 'multi_hot', 'deploy', 'metrics', 'ddp', 'scale', 'saved
 
 def _suite(name): return importlib.import_module(f'.{name}', __package__)
 
-def _ints(s): return [int(float(x)) for x in s.split(',') if x]
+def int_list(s:str) -> list[int]:
+    "A comma-separated option as ints (`1e6` reads as 1,000,000): a suite's `type=` for row counts, batch sizes."
+    return [int(float(x)) for x in s.split(',') if x]
 
-def _names(s): return [x for x in s.split(',') if x]
+def name_list(s:str) -> list[str]:
+    "A comma-separated option as names: a suite's `type=` for a subset of its contenders."
+    return [x for x in s.split(',') if x]
 
 def _parser():
     p = argparse.ArgumentParser(prog='python -m fastai_gpu_tabular.bench',
@@ -29,13 +33,15 @@ def _parser():
     a('--rows', type=lambda s: int(float(s)), default=None,
       help='rows of synthetic data (default 1,000,000; with --data, those of the file)')
     a('--device', choices=['cpu', 'cuda'], default='cpu')
-    a('--bs', type=_ints, default=[4096, 32768, 204800], help='loader batch sizes, comma separated')
+    a('--bs', type=int_list, default=[4096, 32768, 204800], help='loader batch sizes, comma separated')
     a('--out', default='bench_results.json', help='the JSON results file')
     a('--png', default=None, help='the ratio chart (default: next to --out, .png)')
     a('--seed', type=int, default=0, help='seed of the data, the split and the model')
     a('--data', default=None, help='a parquet file to reuse (made with `criteo_parquet` if missing; default '
       'criteo_<rows>_s<seed>.parquet next to --out)')
-    a('--contenders', type=_names, default=list(CONTENDERS), help=f'a subset of {",".join(CONTENDERS)}')
+    a('--contenders', type=name_list, default=list(CONTENDERS), help=f'a subset of {",".join(CONTENDERS + OPTIONAL)}')
+    a('--rmm-torch', action='store_true', help='also run gpu_cudf with torch allocating from RMM\'s pool '
+      '(`use_rmm_for_torch`; contender gpu_cudf_rmm): device memory and speed with and without')
     a('--epochs-loader', type=int, default=2, help='timed loader epochs per batch size')
     a('--warmup-epochs', type=int, default=1, help='untimed loader epochs first')
     a('--max-loader-s', type=float, default=120., help='cap on timed seconds per contender and batch size: past it, '
@@ -49,16 +55,16 @@ def _parser():
     a('--train-bs', type=int, default=None, help='batch size of the training epoch (default: the middle --bs)')
     a('--train-max-batches', type=int, default=None, help='stop the training epoch after this many batches '
       '(every contender alike)')
-    a('--layers', type=_ints, default=[200, 100], help='TabularModel layers')
+    a('--layers', type=int_list, default=[200, 100], help='TabularModel layers')
     a('--emb-sz', type=int, default=16, help='embedding size of every column (at most its cardinality)')
     a('--opt', choices=['adam', 'lamb'], default='adam', help="fastai's Adam or Lamb")
     a('--lr', type=float, default=1e-2)
     a('--valid-pct', type=float, default=0.2)
     a('--target', choices=['category', 'regression'], default='category',
       help="the label as a CategoryBlock (cross-entropy), or fastai's default for an int column")
-    a('--curve', type=_ints, default=None, help='row counts of a loader/preprocessing cost curve, e.g. '
+    a('--curve', type=int_list, default=None, help='row counts of a loader/preprocessing cost curve, e.g. '
       '250000,1000000,4000000 (no training)')
-    a('--curve-contenders', type=_names, default=None, help="contenders of the curve (default: this package's)")
+    a('--curve-contenders', type=name_list, default=None, help="contenders of the curve (default: this package's)")
     a('--threads', type=int, default=None, help="torch's CPU threads in every contender (default: torch's choice); "
       '1 is steadier on a machine other jobs share')
     a('--timeout', type=float, default=3600., help='seconds before a contender is killed (then: failed)')
@@ -98,8 +104,9 @@ def main(argv=None):
         Path(opts.out).write_text(json.dumps(res, indent=1, default=str))
         print(format_suite(res))
         return res
-    bad = [c for c in opts.contenders + (opts.curve_contenders or []) if c not in CONTENDERS]
-    if bad: raise SystemExit(f'unknown contender(s) {bad}: pick from {",".join(CONTENDERS)}')
+    if opts.rmm_torch and 'gpu_cudf_rmm' not in opts.contenders: opts.contenders.append('gpu_cudf_rmm')
+    bad = [c for c in opts.contenders + (opts.curve_contenders or []) if c not in CONTENDERS + OPTIONAL]
+    if bad: raise SystemExit(f'unknown contender(s) {bad}: pick from {",".join(CONTENDERS + OPTIONAL)}')
     if opts.device == 'cuda':
         import torch
         if not torch.cuda.is_available(): raise SystemExit('--device cuda, but torch sees no CUDA device')

@@ -4,7 +4,11 @@ same Criteo-like data and machine.
 Each contender runs in its own fresh subprocess (so peak memory is its own) on the same parquet file:
 `stock_weighted` (`TabularPandas` + its default `TabWeightedDL`, sampling with replacement), `stock_shuffle`
 (`TabularPandas` + `TabDataLoader`, a true shuffle), `gpu_pandas` (`TabularGPU` on pandas + `BatchDataLoader`) and
-`gpu_cudf` (the same on a cuDF frame; skipped, with the reason, where cuDF is not usable).
+`gpu_cudf` (the same on a cuDF frame), `stock_cudf_pandas` (stock fastai as `stock_shuffle`, run under `cudf.pandas`:
+what a user can do today with no plugin; its process calls `cudf.pandas.install()` before anything imports pandas, and
+an extra, untimed build under cudf.pandas' profiler records which operations ran on the CPU) and, with `--rmm-torch`,
+`gpu_cudf_rmm` (`gpu_cudf` with torch allocating from RMM's pool: `use_rmm_for_torch`). Those needing cuDF are
+skipped, with the reason, where it is not usable.
 
 The JSON it writes (schema_version 1; sizes in MB = 2**20 bytes, batch sizes as string keys):
 
@@ -15,9 +19,10 @@ The JSON it writes (schema_version 1; sizes in MB = 2**20 bytes, batch sizes as 
                  torch_threads, rows, n_train, n_valid, n_cat, n_cont, load_s, preprocess_s (the fastest build),
                  preprocess_s_all, dataloaders_s, baseline_rss_mb, peak_rss_mb, rss_increase_mb, rss_phases_mb{phase:
                  peak}, rss_method, peak_gpu_mb, gpu_detail{...}, held_after_dataloaders{frame_mb, index_mb, packed_mb,
-                 resident_mb, resident_vs_packed}, gpu_after_dataloaders_mb, loader_rows_per_s{bs: rows/s},
+                 resident_mb, resident_vs_packed}, gpu_after_dataloaders_mb, gpu_resident_vs_packed, etl_peak_gpu_mb,
+                 cpu_fallbacks{operation: CPU calls} (stock_cudf_pandas), loader_rows_per_s{bs: rows/s},
                  loader_detail{bs: {rows_per_s, method, capped, epochs, epoch_rows_per_s, mean_rows_per_s,
-                 bare_ns_per_row, overhead_ns_per_row, ...}}, loader_capped,
+                 bare_ns_per_row, overhead_ns_per_row, loader_vs_bare, ...}}, loader_capped,
                  batch[[shape, dtype, device]], gather_bandwidth{bs: {...}}, train_rows_per_s, train_s, train_rows,
                  train_bs, train_loss, valid_s, valid_auc, end_to_end_s, model{...}, wall_s, cpu_s, loadavg_start,
                  loadavg_end}}
@@ -25,7 +30,7 @@ The JSON it writes (schema_version 1; sizes in MB = 2**20 bytes, batch sizes as 
                  end_to_end_speedup, loader_speedup{bs}, train_speedup, peak_rss_ratio, rss_increase_ratio,
                  valid_auc_delta}}}
                  (speedups are reference time / contender time: >1 is faster; memory ratios are contender / reference)
-    targets     [{name, contender, reference, value, target, met}] (DESIGN.md's targets for the device)
+    targets     [{name, contender, reference, value, target, met}] (the device's targets: `check_targets`)
     curve       {name: [{rows, preprocess_s, preprocess_us_per_row, loader_rows_per_s{bs}, loader_ns_per_row{bs},
                  gather_ns_per_row{bs}, overhead_ns_per_row{bs}, peak_rss_mb}]} (the gather keys for packed tensors)
     curve_growth {name: {loader_ns_per_row|gather_ns_per_row|overhead_ns_per_row: {bs: value at the largest N / at
@@ -42,10 +47,13 @@ from .machine import MB, GPUMeter, RSSMeter, git_state, hardware, sync, versions
 from .report import fmt, ratio, table
 from .timing import bare_epoch, gather_bandwidth, time_loader
 
-__all__ = ['CONTENDERS', 'SCHEMA_VERSION', 'run_contender', 'held_memory', 'compute_ratios', 'check_targets',
-           'format_table', 'plot_ratios', 'run_bench', 'run_child', 'worker']
+__all__ = ['CONTENDERS', 'OPTIONAL', 'SCHEMA_VERSION', 'cpu_fallbacks', 'run_contender', 'held_memory',
+           'compute_ratios', 'check_targets', 'format_table', 'plot_ratios', 'run_bench', 'run_child', 'worker']
 
-CONTENDERS = ('stock_weighted', 'stock_shuffle', 'gpu_pandas', 'gpu_cudf')
+CONTENDERS = ('stock_weighted', 'stock_shuffle', 'gpu_pandas', 'gpu_cudf', 'stock_cudf_pandas')
+OPTIONAL = ('gpu_cudf_rmm',)   # run only when asked for (`--rmm-torch`)
+CUDF_FRAMES = ('gpu_cudf', 'gpu_cudf_rmm')   # read the parquet with cuDF
+NEED_CUDF = CUDF_FRAMES + ('stock_cudf_pandas',)
 REFERENCES = ('stock_shuffle', 'stock_weighted')
 SCHEMA_VERSION = 1
 
@@ -111,13 +119,18 @@ def _read_frame(path, cudf:bool):
 
 def _setup_contender(name, opts, res):
     "Load the frame; return what the phases share. None when `name` cannot run here (then `res` says why)."
-    if name == 'gpu_cudf':
+    if name in NEED_CUDF:
         from ..backend import cudf_available, cudf_reason
         why = f'cuDF is not usable: {cudf_reason()}' if not cudf_available() else \
               'cuDF frames live on a GPU: run with --device cuda' if opts.device != 'cuda' else None
+        if why is None and name == 'stock_cudf_pandas' and not getattr(sys.modules.get('cudf.pandas'), 'LOADED', False):
+            why = 'cudf.pandas is not active in this process: `cudf.pandas.install()` must come first'
         if why:
             res.update(status='skipped', reason=why)
             return None
+    if name == 'gpu_cudf_rmm':   # first: torch takes a new allocator only before its first allocation
+        from ..backend import use_rmm_for_torch
+        use_rmm_for_torch()
     import warnings
     warnings.filterwarnings('ignore', category=FutureWarning)
     warnings.filterwarnings('ignore', category=DeprecationWarning)
@@ -128,9 +141,9 @@ def _setup_contender(name, opts, res):
     if opts.threads: torch.set_num_threads(opts.threads)
     res['torch_threads'] = torch.get_num_threads()
     rss,phases = RSSMeter(),{}
-    gpu = GPUMeter(device, rmm_stats=name == 'gpu_cudf')
+    gpu = GPUMeter(device, rmm_stats=name in NEED_CUDF, torch_stats=name != 'gpu_cudf_rmm')
     t0 = time.perf_counter()
-    df = _read_frame(opts.data, name == 'gpu_cudf')
+    df = _read_frame(opts.data, name in CUDF_FRAMES)
     sync(device)
     res['load_s'] = round(time.perf_counter() - t0, 3)
     rss.phase(phases, 'load')
@@ -166,7 +179,7 @@ def _packed_tensors(dl) -> tuple|None:
 
 def held_memory(to) -> dict:
     """MB a Tabular holds once its loaders exist: the processed frame (0 once a TabularGPU released it), its row
-    index, the packed rows (TabularGPU, one copy), their sum, and that sum over the packed rows (DESIGN.md: <= 1.2)."""
+    index, the packed rows (TabularGPU, one copy), their sum, and that sum over the packed rows (target: <= 1.2)."""
     released = getattr(to, 'released', None) is not None
     frame = None if released else to.items
     index = to.row_index if released else frame.index
@@ -196,9 +209,16 @@ def _loaders(name, opts, ctx, dls, res):
         _log(name, f'loader bs={bs}: {d["rows_per_s"]:,.0f} rows/s ({d["method"]}, {d["seconds"]:.1f} s timed)')
     res['loader_capped'] = any(d.get('capped') for d in res['loader_detail'].values())
 
+def cpu_fallbacks(build) -> dict:
+    "`{operation: calls}` of the pandas operations cudf.pandas ran on the CPU during `build()` (its profiler's record)."
+    from cudf.pandas import Profiler
+    with Profiler() as p: build()
+    return {f: len(v['cpu']) for f,v in sorted(p.per_function_stats.items()) if v.get('cpu')}
+
 def run_contender(name:str, opts, res:dict|None=None) -> dict:
     "Measure contender `name` in this process (a fresh one: peak RSS is the whole process's), filling `res`."
-    if name not in CONTENDERS: raise ValueError(f"unknown contender {name!r}: pick from {CONTENDERS}")
+    if name not in CONTENDERS + OPTIONAL:
+        raise ValueError(f"unknown contender {name!r}: pick from {CONTENDERS + OPTIONAL}")
     t_start = time.perf_counter()
     res = {} if res is None else res
     res.update(status='ok', reason=None, device=opts.device, loadavg_start=[round(x, 2) for x in os.getloadavg()])
@@ -208,19 +228,24 @@ def run_contender(name:str, opts, res:dict|None=None) -> dict:
     build = _builder(name, opts, ctx)
     _log(name, f'{res["rows"]:,} rows loaded in {res["load_s"]:.1f} s')
     to,t = build()
+    res['etl_peak_gpu_mb'] = ctx.gpu.peak()   # the load and the build: reset after the load (`reset_base`)
     res['preprocess_s'],res['preprocess_s_all'] = t,[t]
     ctx.rss.phase(ctx.phases, 'preprocess')
     t0 = time.perf_counter()
-    dl_kw = {'dl_type': TabDataLoader} if name == 'stock_shuffle' else {}   # else the Tabular's own: fastai's default
+    # the stock true shuffle; else the Tabular's own loader (fastai's default, TabWeightedDL, for stock_weighted)
+    dl_kw = {'dl_type': TabDataLoader} if name in ('stock_shuffle', 'stock_cudf_pandas') else {}
     dls = to.dataloaders(bs=opts.train_bs, device=ctx.device, **dl_kw)
     sync(ctx.device)
     res['dataloaders_s'] = round(time.perf_counter() - t0, 3)
     ctx.rss.phase(ctx.phases, 'dataloaders')
     res['held_after_dataloaders'] = held_memory(to)
     res['gpu_after_dataloaders_mb'] = ctx.gpu.current()
+    packed = res['held_after_dataloaders'].get('packed_mb')
+    res['gpu_resident_vs_packed'] = ratio(res['gpu_after_dataloaders_mb'], packed) if packed else None
     b = dls.train.one_batch()
     res.update(tabular_type=type(to).__name__, loader_type=type(dls.train).__name__, n_cat=len(to.cat_names),
-               n_cont=len(to.cont_names), backend='cudf' if name == 'gpu_cudf' else 'pandas',
+               n_cont=len(to.cont_names),
+               backend='cudf.pandas' if name == 'stock_cudf_pandas' else 'cudf' if name in CUDF_FRAMES else 'pandas',
                batch=[[list(x.shape), str(x.dtype).replace('torch.', ''), str(x.device)] for x in b])
     _log(name, f'{res["tabular_type"]} in {t:.2f} s, dataloaders() in {res["dataloaders_s"]:.2f} s '
                f'({res["loader_type"]})')
@@ -247,6 +272,7 @@ def run_contender(name:str, opts, res:dict|None=None) -> dict:
         gc.collect()
         res['preprocess_s_all'].append(build()[1])
     res['preprocess_s'] = min(res['preprocess_s_all'])
+    if name == 'stock_cudf_pandas': res['cpu_fallbacks'] = cpu_fallbacks(build)   # untimed: the profiler traces
     res['wall_s'] = round(time.perf_counter() - t_start, 2)
     # other processes on the machine show up here: cpu_s far below wall_s x cores, or a load above the core count
     res['cpu_s'] = round(sum(os.times()[:2]), 2)
@@ -280,7 +306,7 @@ def compute_ratios(contenders:dict) -> dict:
     return out
 
 def check_targets(res:dict) -> list:
-    "DESIGN.md's targets for this run's device, each with the measured value and whether it is met."
+    "The project's targets for this run's device, each with the measured value and whether it is met."
     gpu = res['meta']['args']['device'] == 'cuda'
     cs,vs = res['contenders'],res['ratios'].get('vs_stock_shuffle', {})
     # both stock contenders build the same TabularPandas: the faster build is the (stricter) reference
@@ -306,6 +332,8 @@ def check_targets(res:dict) -> list:
         held = cs[name].get('held_after_dataloaders') or {}
         if cuda: add('resident after dataloaders() <= packed rows (ratio)', name, 'its packed rows',
                      held.get('resident_vs_packed'), 1.2, True)
+        if gpu: add('device memory after dataloaders() <= packed rows (ratio)', name, 'its packed rows',
+                    cs[name].get('gpu_resident_vs_packed'), 1.2, True)
         gb = cs[name].get('gather_bandwidth')
         if gpu and gb:
             add('batch gather vs device copy bandwidth', name, 'copy_ of same-size buffers',
@@ -337,7 +365,9 @@ def format_table(res:dict) -> str:
     metrics = [('status', 'status'), ('preprocess s' + (', fastest build' if m['args'].get('repeat_preprocess', 1) > 1
                                                        else ''), 'preprocess_s'), ('dataloaders() s', 'dataloaders_s'),
                ('peak RSS MB', 'peak_rss_mb'), ('RSS increase MB', 'rss_increase_mb'), ('peak GPU MB', 'peak_gpu_mb'),
-               ('GPU allocated after dataloaders() MB', 'gpu_after_dataloaders_mb')]
+               ('GPU peak during load+build MB', 'etl_peak_gpu_mb'),
+               ('GPU allocated after dataloaders() MB', 'gpu_after_dataloaders_mb'),
+               ('GPU allocated after dataloaders() / packed rows (x)', 'gpu_resident_vs_packed')]
     rows = [[lbl] + [cs[n].get(k) if k == 'status' else fmt(cs[n].get(k)) for n in names] for lbl,k in metrics]
     held = lambda n,k: fmt((cs[n].get('held_after_dataloaders') or {}).get(k))
     rows += [[lbl] + [held(n, k) for n in names] for lbl,k in (
@@ -349,6 +379,9 @@ def format_table(res:dict) -> str:
     for bs in bss:
         rows.append([f'loader rows/s bs={bs}'] + [fmt(cs[n].get('loader_rows_per_s', {}).get(bs)) +
                      ('*' if cs[n].get('loader_detail', {}).get(bs, {}).get('capped') else '') for n in names])
+    for bs in bss:   # the loader against bare `index_select`s of the same packed rows: the gather's floor
+        share = [cs[n].get('loader_detail', {}).get(bs, {}).get('loader_vs_bare') for n in names]
+        if any(share): rows.append([f'loader / bare index_select rows/s bs={bs}'] + [fmt(x, 'x') for x in share])
     rows += [['train rows/s (1 epoch)'] + [fmt(cs[n].get('train_rows_per_s')) for n in names],
              ['end to end s (load, build, loaders, epoch, preds)'] + [fmt(cs[n].get('end_to_end_s')) for n in names],
              ['valid AUC'] + [fmt(cs[n].get('valid_auc'), 'num') if cs[n].get('valid_auc') is None
@@ -368,7 +401,7 @@ def format_table(res:dict) -> str:
                  ['valid AUC delta'] + [fmt(vs[n]['valid_auc_delta'], 'd') for n in ns]]
         out.append(table(['metric'] + ns, rows))
     if res.get('targets'):
-        out += ['', 'targets (DESIGN.md)']
+        out += ['', 'targets']
         rows = [[t['name'], t['contender'], fmt(t['value'], 'x'), f"{'<=' if 'ratio' in t['name'] else '>='} "
                  + f"{t['target']}x", {True: 'met', False: 'NOT met', None: '-'}[t['met']]] for t in res['targets']]
         out.append(table(['target', 'contender', 'value', 'target', ''], rows))
@@ -378,6 +411,11 @@ def format_table(res:dict) -> str:
         out.append(f'{n} gather vs copy_ of same-size buffers (GB/s): ' + ', '.join(
             f"bs={bs} {d['gather_gb_s']:.2f}/{d['copy_gb_s']:.2f} ({d['fraction_of_copy']:.0%})"
             for bs,d in gb.items()))
+    for n in names:
+        fb = cs[n].get('cpu_fallbacks')
+        if fb is not None:
+            out.append(f'{n}: operations cudf.pandas ran on the CPU (calls): '
+                       + (', '.join(f'{k} {v}' for k,v in fb.items()) or 'none'))
     capped = [f"{n} bs={bs} ({d['method']}, {d['rows']:,} rows in {d['seconds']:.0f} s)" for n in names
               for bs,d in cs[n].get('loader_detail', {}).items() if d.get('capped')]
     if capped: out.append(f"* capped at --max-loader-s {m['args']['max_loader_s']}: " + '; '.join(capped))
@@ -424,7 +462,7 @@ def plot_ratios(res:dict, path) -> Path:
         for bs in bss:
             if 32768 <= int(bs) <= 204800: tg[f'loader\nbs={int(bs):,}'] = 200. if gpu else 10.
         if gpu: tg['train\nepoch'] = 20.
-        for j,lbl in enumerate(labels):   # DESIGN.md's targets are set against TabDataLoader's true shuffle
+        for j,lbl in enumerate(labels):   # the targets are set against TabDataLoader's true shuffle
             if ref == 'vs_stock_shuffle' and tg.get(lbl): ax.hlines(tg[lbl], j - .45, j + .45, colors='red', ls='--')
         ax.axhline(1, color='grey', lw=0.8)
         ax.set_yscale('log')
@@ -432,7 +470,7 @@ def plot_ratios(res:dict, path) -> Path:
         ax.set_ylabel(f'speedup vs {ref[3:]} (x, log)')
         ax.set_title(f"vs {ref[3:]}: {res['meta']['data']['rows']:,} rows, {res['meta']['args']['device']}, "
                      f"torch threads {res['meta']['args']['threads'] or 'default'}"
-                     + ("\n(red dashes: DESIGN.md targets)" if ref == 'vs_stock_shuffle' else ''), fontsize=9)
+                     + ("\n(red dashes: the targets)" if ref == 'vs_stock_shuffle' else ''), fontsize=9)
         ax.legend(fontsize=8)
     if curve:
         ax = axs[-1]
@@ -468,10 +506,17 @@ def _make_data(path, rows, seed) -> float:
 
 def _spawn(name, opts, data, no_train=False) -> dict:
     "Run one contender in a fresh interpreter; a crash or timeout becomes a 'failed' record."
+    pre = []
+    if name == 'stock_cudf_pandas':   # cudf.pandas must be installed before pandas is first imported
+        import importlib.util
+        if importlib.util.find_spec('cudf') is None: return {'status': 'skipped', 'reason': 'cuDF is not installed'}
+        if opts.device != 'cuda': return {'status': 'skipped', 'reason': 'cudf.pandas needs a GPU: --device cuda'}
+        pre = ['-c', 'import runpy, sys, cudf.pandas; cudf.pandas.install(); '
+                     "runpy.run_module('fastai_gpu_tabular.bench', run_name='__main__')"]
     with tempfile.TemporaryDirectory() as d:
         o = {**vars(opts), 'data': str(data), 'no_train': opts.no_train or no_train}
         Path(d, 'opts.json').write_text(json.dumps(o))
-        cmd = [sys.executable, '-m', 'fastai_gpu_tabular.bench', '--worker', name, '--worker-dir', d]
+        cmd = [sys.executable, *(pre or ['-m', 'fastai_gpu_tabular.bench']), '--worker', name, '--worker-dir', d]
         return run_child(cmd, opts.timeout, Path(d, 'result.json'))
 
 def run_child(cmd, timeout, out) -> dict:

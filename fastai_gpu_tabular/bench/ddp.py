@@ -4,9 +4,9 @@ from __future__ import annotations
 import json, os, signal, subprocess, sys, tempfile, time
 from pathlib import Path
 
-from .cli import _ints, _names
+from .cli import int_list, name_list
 from .report import table
-from .timing import _epoch
+from .timing import loader_epoch
 
 __all__ = ['ddp_suite', 'run', 'format_table', 'add_args']
 
@@ -17,11 +17,14 @@ CONTENDERS = {'ours': "DistributedBatchDL (distrib_ctx's wrapper of a BatchDataL
 def _criteo_rows(n, device, seed=0):
     "`(rows, layout)` as `TabularGPU.packed_rows` holds Criteo: an int64 label, 26 cats, 13 conts, 1 pad column."
     import torch
+    from ..pack import Layout
+    layout,width = Layout.plan(26, 13, 1, torch.int64)
     g = torch.Generator(device=device).manual_seed(seed)   # the same rows on every rank
-    rows = torch.randint(0, 1000, (n, 42), dtype=torch.int32, device=device, generator=g)
-    rows[:, 28:41] = torch.randn(n, 13, device=device, generator=g).view(torch.int32)
-    rows[:, 0:2] = torch.randint(0, 2, (n, 1), device=device, generator=g).view(torch.int32)
-    return rows, ((2, 28, torch.int32), (28, 41, torch.float32), (0, 2, torch.int64))
+    rows = torch.randint(0, 1000, (n, width), dtype=torch.int32, device=device, generator=g)
+    (c0,c1,_),(y0,y1,_) = layout.conts,layout.ys
+    rows[:, c0:c1] = torch.randn(n, c1 - c0, device=device, generator=g).view(torch.int32)
+    rows[:, y0:y1] = torch.randint(0, 2, (n, 1), device=device, generator=g).view(torch.int32)
+    return rows, layout
 
 class _Packed:
     "A dataset that is only packed rows (all `BatchDataLoader` reads of a `TabularGPU`): no frame to build."
@@ -73,14 +76,14 @@ def _worker(args, out):
     assert 'ours' not in loaders or type(loaders['ours']) is DistributedBatchDL   # what distrib_ctx would make
     for c,d in loaders.items():
         rss.reset()
-        for _ in range(a['warmup']): _epoch(d, float('inf'), device)
+        for _ in range(a['warmup']): loader_epoch(d, float('inf'), device)
         res[c] = dict(epoch_s=[], len=len(d), peak_rss_mb=round(rss.peak(), 1))
     for e in range(a['epochs']):
         for c,d in loaders.items():
             spent = torch.tensor([sum(res[c]['epoch_s'])], device=device)
             dist.all_reduce(spent, op=dist.ReduceOp.MAX)   # every rank skips alike, and they start together
             if e and spent.item() > a['max_s']: continue
-            t,n,nb = _epoch(d, float('inf'), device)[:3]
+            t,n,nb = loader_epoch(d, float('inf'), device)[:3]
             res[c]['epoch_s'].append(round(t, 4))
             res[c].update(batches=nb, rows=n)
     (Path(out)/f'rank{rank_distrib()}.json').write_text(json.dumps(res))
@@ -124,10 +127,10 @@ def ddp_suite(rows=(1_000_000, 10_000_000), bs=65536, nproc=2, device='cpu', con
 
 def add_args(group):
     a = group.add_argument
-    a('--ddp-rows', type=_ints, default=[1_000_000, 10_000_000], help='row counts, comma separated (default 1M,10M)')
+    a('--ddp-rows', type=int_list, default=[1_000_000, 10_000_000], help='row counts, comma separated (default 1M,10M)')
     a('--ddp-bs', type=int, default=65536, help='batch size per rank')
     a('--ddp-nproc', type=int, default=2, help='processes (ranks); with --device cuda at most one per GPU')
-    a('--ddp-contenders', type=_names, default=list(CONTENDERS), help=f'a subset of {",".join(CONTENDERS)}')
+    a('--ddp-contenders', type=name_list, default=list(CONTENDERS), help=f'a subset of {",".join(CONTENDERS)}')
     a('--ddp-epochs', type=int, default=2, help='timed epochs per contender (after one warm-up epoch)')
     a('--ddp-max-s', type=float, default=120., help='no more timed epochs of a contender once they took this long')
 

@@ -98,10 +98,12 @@ class RSSMeter:
         if self.method == 'VmHWM': self.reset()
 
 class GPUMeter:
-    "Peak device memory: torch's allocator, RMM's (cuDF) when its statistics can be enabled, and the device as a whole."
-    def __init__(self, device, rmm_stats=False):
+    """Peak device memory: torch's allocator, RMM's (cuDF) when its statistics can be enabled, and the device as a
+    whole. `torch_stats=False` where torch allocates from RMM (`use_rmm_for_torch`): RMM's figures then hold torch's,
+    and torch keeps none of its own."""
+    def __init__(self, device, rmm_stats=False, torch_stats=True):
         import torch
-        self.torch,self.on = torch,device.type == 'cuda'
+        self.torch,self.on,self.torch_stats = torch,device.type == 'cuda',torch_stats
         self.rmm,self.used_peak,self._stop = None,0,threading.Event()
         if not self.on: return
         if rmm_stats:
@@ -124,20 +126,30 @@ class GPUMeter:
     def current(self) -> float|None:
         "MB allocated now on the device by torch, and by RMM (cuDF) when its statistics are on."
         if not self.on: return None
-        mb = self.torch.cuda.memory_allocated() / MB
+        mb = self.torch.cuda.memory_allocated() / MB if self.torch_stats else 0.
         if self.rmm is not None:
             try: mb += self.rmm.get_statistics().current_bytes / MB
             except Exception: pass   # statistics off after all: torch's part only
         return round(mb, 1)
 
+    def peak(self) -> float|None:
+        "MB at most allocated on the device since `reset_base`: torch's allocator, plus RMM's (cuDF) when counted."
+        if not self.on: return None
+        mb = self._torch_peak()
+        if self.rmm is not None:
+            try: mb += self.rmm.get_statistics().peak_bytes / MB
+            except Exception: pass   # statistics off after all: torch's part only
+        return round(mb, 1)
+
+    def _torch_peak(self) -> float: return self.torch.cuda.max_memory_allocated() / MB if self.torch_stats else 0.
+
     def reset_base(self):
-        if not self.on: return
-        self.torch.cuda.reset_peak_memory_stats()
+        if self.on and self.torch_stats: self.torch.cuda.reset_peak_memory_stats()
 
     def result(self) -> tuple:
         if not self.on: return None, {}
         self._stop.set()
-        detail = {'torch_max_allocated_mb': self.torch.cuda.max_memory_allocated() / MB,
+        detail = {'torch_max_allocated_mb': self._torch_peak(),
                   'device_used_increase_mb': max(self.used_peak - self.base_used, 0) / MB}
         if self.rmm is not None:
             try: detail['rmm_peak_mb'] = self.rmm.get_statistics().peak_bytes / MB

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json, os, sys, tempfile, time
 from pathlib import Path
 
-from .cli import _ints, _names
+from .cli import int_list, name_list
 from .contenders import run_child
 from .machine import MB, RSSMeter
 from .report import fmt, ratio, table
@@ -17,13 +17,13 @@ ETLS = ('fastai', 'memory', 'dask')
 
 def add_args(g):
     a = g.add_argument
-    a('--scale-rows', type=_ints, default=[1_000_000, 10_000_000],
+    a('--scale-rows', type=int_list, default=[1_000_000, 10_000_000],
       help='row counts of the scale suite (default 1M,10M; --rows N runs N alone)')
-    a('--scale-etls', type=_names, default=list(ETLS),
+    a('--scale-etls', type=name_list, default=list(ETLS),
       help=f'a subset of {",".join(ETLS)} (none: the loaders on chunks a run left)')
     a('--part-rows', type=int, default=250_000, help='rows per parquet part (one Dask partition each)')
     a('--dask-scheduler', default='threads', help="threads, sync, processes, or a scheduler's address")
-    a('--windows', type=_ints, default=[8, 32, 128],
+    a('--windows', type=int_list, default=[8, 32, 128],
       help="pieces in the stream's shuffle window: the shuffle is measured for each (the same rows in the window: "
       "smaller pieces for more of them); the loader's rows/s for the middle one")
     a('--piece-rows', type=int, default=None, help='rows the stream reads at a time (default: 1%% of the training '
@@ -150,7 +150,7 @@ def _sorted_copy(chunks, path):
     "The training rows sorted by label, in files of the same sizes (so the stream cuts the same pieces)."
     import torch
     rows = chunks.packed_rows()[0]   # cached: the resident loader's, on the CPU
-    a, b, dt = chunks.layout[2]
+    a, b, dt = chunks.layout.ys
     y = rows[:, a:b].view(dt)[:, 0]
     rows = rows[torch.argsort(y, stable=True)]
     return _store_like(chunks, path, lambda s, e: rows[s:e], chunks.layout, chunks.width), int((y == 0).sum())
@@ -158,8 +158,9 @@ def _sorted_copy(chunks, path):
 def _positions_store(chunks, path):
     "A store of the same file sizes whose row k holds k: what each loader does to row order, without the data."
     import torch
+    from ..pack import Layout
     rows = lambda s, e: torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)
-    return _store_like(chunks, path, rows, ((0, 1, torch.int32), (1, 2, torch.float32)), 2)
+    return _store_like(chunks, path, rows, *Layout.plan(1, 1))
 
 def _store_like(chunks, path, rows, layout, width):
     "`PackedChunks` in `path` with the files and sizes of `chunks`, file rows `[s, e)` holding `rows(s, e)`."
@@ -254,12 +255,12 @@ def scale_suite(opts) -> dict:
             print('[scale] shuffle quality', file=sys.stderr, flush=True)
             cards = _cards(train, valid)
             res['shuffle'] = {'rows': len(train), **_shuffle(work/f'shuffle_{n}', train, valid, cards,
-                                                             train.layout[1][1] - train.layout[1][0], opts, device)}
+                                                             train.layout.conts.stop - train.layout.conts.start, opts, device)}
     return res
 
 def _cards(*chunks) -> list:
     "Embedding table sizes: the largest code in each cat column of the chunks, plus one."
-    a, b, _ = chunks[0].layout[0]
+    a, b, _ = chunks[0].layout.cats
     top = [c.packed_rows()[0][:, a:b].amax(0) for c in chunks if len(c)]   # cached for the loaders
     return [int(c) + 1 for c in (top[0] if len(top) == 1 else top[0].maximum(top[1])).tolist()]
 

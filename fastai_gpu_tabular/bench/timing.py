@@ -5,14 +5,14 @@ import time
 
 from .machine import MB, sync
 
-__all__ = ['time_loader', 'bare_epoch', 'gather_bandwidth', 'median_ms']
+__all__ = ['loader_epoch', 'time_loader', 'bare_epoch', 'gather_bandwidth', 'median_ms']
 
 def _touch(b):
     "Read each yielded tensor (its last row), as a training step would, without forcing a device sync."
     for t in b: t[-1].sum()
 
-def _epoch(dl, deadline, device):
-    "One pass over `dl`, stopping past `deadline`: (seconds, rows, batches, first_batch_s, complete)."
+def loader_epoch(dl, deadline:float, device) -> tuple:
+    "One pass over `dl`, stopping past `deadline` (a `perf_counter` time): (s, rows, batches, first_batch_s, complete)."
     t0 = time.perf_counter()
     rows = nb = 0
     first = None
@@ -47,10 +47,10 @@ def time_loader(dl, epochs=2, warmup=1, max_s=None, device='cpu', stat='best', b
     inf = float('inf') if max_s is None else max_s
     t0 = time.perf_counter()
     for _ in range(warmup):
-        if not _epoch(dl, t0 + inf / 2, device)[-1]: break   # a partial warm-up is enough for per-batch costs
+        if not loader_epoch(dl, t0 + inf / 2, device)[-1]: break   # a partial warm-up is enough for per-batch costs
     t0,runs,bares = time.perf_counter(),[],[]
     for _ in range(epochs):
-        runs.append(_epoch(dl, t0 + inf, device))
+        runs.append(loader_epoch(dl, t0 + inf, device))
         if bare is not None: bares.append(bare())
         if not runs[-1][-1]: break
     full = [r for r in runs if r[-1]]
@@ -74,6 +74,8 @@ def time_loader(dl, epochs=2, warmup=1, max_s=None, device='cpu', stat='best', b
         ns = [s / r * 1e9 for s,r in bares]
         res['bare_ns_per_row'] = round(min(ns) if stat == 'best' else sum(ns) / len(ns), 2)
         res['overhead_ns_per_row'] = round(1e9 / res['rows_per_s'] - res['bare_ns_per_row'], 2)
+        # the loader's rows/s over the bare gathers': 1 is the memory system's floor, reached
+        res['loader_vs_bare'] = round(res['bare_ns_per_row'] * res['rows_per_s'] / 1e9, 3)
     return res
 
 def gather_bandwidth(tensors, bs, floor_mb=256) -> dict:
