@@ -2,11 +2,27 @@
 than 15 minutes late or is cancelled, from what is known at departure: TabularGPU, BatchDataLoader, LAMB, 1-2 epochs."""
 from __future__ import annotations
 
-import argparse, sys, time
-import numpy as np, torch
+import argparse
+import sys
+import time
+import numpy as np
+import torch
+
 # fastai.tabular.all, not its submodules: it also patches `fit_one_cycle` onto Learner and adds the progress bar
-from fastai.tabular.all import (Callback, Categorify, FillMissing, Lamb, Normalize, ProgressCallback, RandomSplitter,
-                                RocAucBinary, accuracy, default_device, set_seed, tabular_learner)
+from fastai.tabular.all import (
+    Callback,
+    Categorify,
+    FillMissing,
+    Lamb,
+    Normalize,
+    ProgressCallback,
+    RandomSplitter,
+    RocAucBinary,
+    accuracy,
+    default_device,
+    set_seed,
+    tabular_learner,
+)
 
 from .backend import cudf_available, cudf_reason, to_backend
 from .core import TabularGPU

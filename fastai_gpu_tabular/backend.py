@@ -1,12 +1,17 @@
 "The one module that knows cuDF/CuPy versus pandas/NumPy: lazy probes, the frame ops that differ, columns to tensors."
 from __future__ import annotations
 
-import functools, os, warnings
+import functools
+import os
+import warnings
 from typing import TYPE_CHECKING, Any, TypeAlias
-import numpy as np, pandas as pd, torch
+import numpy as np
+import pandas as pd
+import torch
 from fastai.tabular.core import df_shrink_dtypes
 
-if TYPE_CHECKING: import cudf   # for the hints only: cuDF is imported when first used (see `_probe`)
+if TYPE_CHECKING:   # for the hints only: cuDF is imported when first used (see `_probe`)
+    import cudf
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
@@ -24,7 +29,8 @@ def _probe():
     "Import cuDF and CuPy once; return `(cudf, cupy, None)` or `(None, None, reason)`."
     if os.environ.get('FGT_DISABLE_CUDF'): return None, None, 'FGT_DISABLE_CUDF is set'
     try:
-        import cudf, cupy
+        import cudf
+        import cupy
         if cupy.cuda.runtime.getDeviceCount() < 1: return None, None, 'no CUDA device is visible'
         return cudf, cupy, None
     # cuDF validates the driver at import and can fail with more than ImportError

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
-import numpy as np, pandas as pd
-from fastcore.foundation import L
+import numpy as np
+import pandas as pd
 from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.tabular.core import FillMissing, Tabular
+from fastcore.foundation import L
 
 from .backend import Column, Frame, holds_strings, is_cudf, is_list_dtype, is_numeric_dtype, is_str_dtype, split_lists
 

@@ -2,7 +2,8 @@
 where collective tensors live, and all-gathers of row blocks whose lengths differ between ranks."""
 from __future__ import annotations
 
-import torch, torch.distributed as dist
+import torch
+import torch.distributed as dist
 
 __all__ = ['rank_and_world', 'comm_device', 'all_gather_rows', 'all_gather']
 

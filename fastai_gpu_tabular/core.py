@@ -1,23 +1,47 @@
 "`TabularGPU`: fastai's `Tabular` on a cuDF or pandas frame, processed on the frame's device and packed into tensors once."
 from __future__ import annotations
 
-import numpy as np, pandas as pd, torch
-from fastcore.foundation import L
-from fastcore.basics import attrdict
-from fastcore.xtras import is_listy
-from fastcore.meta import delegates
-from fasttransform import Pipeline
-from plum import dispatch
+import numpy as np
+import pandas as pd
+import torch
 from fastai.data.block import TransformBlock
 from fastai.data.core import DataLoaders
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, Tabular
 from fastai.torch_core import display_df
+from fastcore.basics import attrdict
+from fastcore.foundation import L
+from fastcore.meta import delegates
+from fastcore.xtras import is_listy
+from fasttransform import Pipeline
+from plum import dispatch
 
-from .backend import (Column, Frame, backend_of, frame_device, gather_columns, is_cudf, is_dask, shrink_dtypes,
-                      to_backend, to_category, to_pandas)
-from .checks import (add_y_procs, check_columns, check_inf, check_na_names, check_names, check_rows, count_inf,
-                     default_y_block, fill_nan_check, multi_hot_columns, prepare_columns)
+from .backend import (
+    Column,
+    Frame,
+    backend_of,
+    frame_device,
+    gather_columns,
+    is_cudf,
+    is_dask,
+    shrink_dtypes,
+    to_backend,
+    to_category,
+    to_pandas,
+)
+from .checks import (
+    add_y_procs,
+    check_columns,
+    check_inf,
+    check_na_names,
+    check_names,
+    check_rows,
+    count_inf,
+    default_y_block,
+    fill_nan_check,
+    multi_hot_columns,
+    prepare_columns,
+)
 from .loader import BatchDataLoader
 from .pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
 from .procs import register_procs

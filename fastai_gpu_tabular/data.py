@@ -1,14 +1,17 @@
 "`BatchDataLoaders`: fastai's `TabularDataLoaders` for `TabularGPU`, with its `from_df`/`from_csv` on cuDF or pandas."
 from __future__ import annotations
 
-import codecs, copyreg, functools, pydoc
+import codecs
+import copyreg
+import functools
+import pydoc
 from pathlib import Path
 import pandas as pd
-from fastcore.foundation import L
-from fastcore.meta import delegates
 from fastai.data.transforms import IndexSplitter, RandomSplitter
 from fastai.tabular.core import Tabular
 from fastai.tabular.data import TabularDataLoaders
+from fastcore.foundation import L
+from fastcore.meta import delegates
 
 from . import __version__
 from .backend import backend_of, is_dask, require_cudf

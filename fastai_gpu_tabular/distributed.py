@@ -6,20 +6,21 @@ from __future__ import annotations
 from contextlib import contextmanager
 from copy import copy
 from functools import wraps
-
-import torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
+import torch
+import torch.distributed as dist
 from fastai.callback.core import Callback
 from fastai.callback.schedule import LRFinder
 from fastai.data.core import TfmdDL
 from fastai.learner import Learner
 from fastai.torch_core import apply, get_model, maybe_gather, num_distrib, to_detach, to_device
+from torch.nn.parallel import DistributedDataParallel
 
 from .collectives import all_gather_rows, comm_device
 from .loader import BatchDataLoader
 from .pack import gather_rows
 
-try: from fastai.distributed import DistributedDL, DistributedTrainer
+try:
+    from fastai.distributed import DistributedDL, DistributedTrainer
 except (ImportError, NameError): DistributedDL = DistributedTrainer = None   # fastai.distributed needs `accelerate`
 
 __all__ = ['shard_layout', 'shard_span', 'DistributedBatchDL', 'SparseGradSync', 'DistributedLRFind']

@@ -2,15 +2,20 @@
 ops, merged with the model), the model alone through `torch.export`, and a Triton model repository."""
 from __future__ import annotations
 
-import copy, json, warnings
+import copy
+import json
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
-import numpy as np, pandas as pd, torch, torch.nn as nn
-from fastai.data.transforms import Categorize, Normalize, RegressionSetup, EncodedMultiCategorize, MultiCategorize
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn as nn
+from fastai.data.transforms import Categorize, EncodedMultiCategorize, MultiCategorize, Normalize, RegressionSetup
+from fastai.learner import Learner
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
-from fastai.learner import Learner
 
 from .hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
 from .pack import cat_widths
@@ -126,7 +131,8 @@ class _Graph:
 
     def encode(self, x, vocab, kind):
         "Codes of `x` against `vocab` (fastai's: position + 1), 0 (`#na#`) for anything else."
-        from onnx import helper, TensorProto as T
+        from onnx import TensorProto as T
+        from onnx import helper
         tt = {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind]
         cast = {'string': str, 'int64': int, 'double': float}[kind]
         keys = [cast(v) for v in vocab] or [NA_STRING if kind == 'string' else 0]   # LabelEncoder needs one key
@@ -152,7 +158,8 @@ class _Graph:
     def target(self, x, enc, kind, mean):
         """TargetEncode's value (double) of `x` from `enc` (a category's value by category, a missing category's last
         if seen): the missing one's for a missing input ('#na#', the int64 minimum, NaN), `mean` for anything else."""
-        from onnx import helper, TensorProto as T
+        from onnx import TensorProto as T
+        from onnx import helper
         nan = len(enc) > 0 and pd.isna(enc.index[-1])
         missing = float(enc.iloc[-1]) if nan else float(mean)
         cast = {'string': str, 'int64': int, 'double': float}[kind]
@@ -177,7 +184,8 @@ def _procs_graph(to, list_sep='|'):
     """The procs of `to` as an ONNX graph: one input per raw column (strings, int64 or double), outputs `x_cat` (int64
     codes, multi-hot columns as -1-padded slots) and `x_cont` (float32), as the packed rows hold them. Returns
     `(graph, columns)`, `columns` being {input: {'type', 'kind'[, 'sep']}}."""
-    from onnx import helper, TensorProto as T
+    from onnx import TensorProto as T
+    from onnx import helper
     procs,g = _procs(to),_Graph()
     cat,fill,norm = procs.get('cat'),procs.get('fill'),procs.get('norm')
     na_dict = fill.na_dict if fill is not None else {}

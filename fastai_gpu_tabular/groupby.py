@@ -2,7 +2,8 @@
 over the training rows, joined back to every row as new continuous columns."""
 from __future__ import annotations
 
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 from fastai.tabular.core import TabularProc
 
 from .backend import encode_codes, is_cudf, require_cudf, to_host, to_pandas

@@ -18,7 +18,8 @@ A value's bucket is `hash % num_buckets`; in a vocabulary (`classes`) bucket k s
 from __future__ import annotations
 
 import functools
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 from fastai.tabular.core import Tabular, TabularProc
 
 from .backend import Column, codes_dtype, is_cudf, require_cudf, to_host

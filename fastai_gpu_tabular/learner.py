@@ -1,14 +1,14 @@
 "`tabular_learner`: fastai's, plus multi-hot columns, sparse tables for huge IDs, and a fused embedding lookup."
 from __future__ import annotations
 
-from fastcore.foundation import L
-from fastcore.meta import delegates
 from fastai.data.core import DataLoaders
+from fastai.data.transforms import get_c
 from fastai.learner import Learner
 from fastai.optimizer import Adam
 from fastai.tabular.learner import TabularLearner
 from fastai.tabular.model import get_emb_sz, tabular_config
-from fastai.data.transforms import get_c
+from fastcore.foundation import L
+from fastcore.meta import delegates
 
 from .model import TabularModelGPU
 from .optimizer import sparse_opt

@@ -1,10 +1,12 @@
 "`BatchDataLoader`: batches gathered from tensors packed once on the device; one permutation an epoch, one gather a batch."
 from __future__ import annotations
 
-import numpy as np, pandas as pd, torch
-from fastcore.meta import delegates
+import numpy as np
+import pandas as pd
+import torch
 from fastai.tabular.core import ReadTabBatch, TabDataLoader
 from fastai.torch_core import to_np
+from fastcore.meta import delegates
 
 from .pack import cat_spans, cat_widths, gather_rows
 

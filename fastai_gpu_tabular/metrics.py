@@ -33,14 +33,15 @@ Conventions (those of fastai's `RocAucBinary` and sklearn, unless said):
 """
 from __future__ import annotations
 
-import math, warnings
+import math
+import warnings
 from functools import partial
-
-import numpy as np, torch
+import numpy as np
+import torch
 import torch.nn.functional as F
-from torch import nn
 from fastai.learner import Metric
 from fastcore.basics import noop
+from torch import nn
 
 from .collectives import all_gather
 from .pack import cat_spans, cat_widths

@@ -1,7 +1,9 @@
 "Model pieces fastai lacks: multi-hot columns (embedding bags), sparse-gradient tables, and a fused embedding lookup."
 from __future__ import annotations
 
-import torch, torch.nn as nn, torch.nn.functional as F
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 from fastai.layers import Embedding, trunc_normal_
 from fastai.tabular.model import TabularModel
 from fastai.torch_core import Module

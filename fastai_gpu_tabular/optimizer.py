@@ -20,16 +20,17 @@ Large-batch recipe (what the helpers below are for):
 """
 from __future__ import annotations
 
-import functools, math, warnings
+import functools
+import math
+import warnings
 from collections import defaultdict
-
 import torch
-from torch import nn
-from fastcore.basics import partialler
-from fastcore.foundation import L
 from fastai.callback.core import Callback
 from fastai.optimizer import Adam, Optimizer, OptimWrapper
 from fastai.torch_core import norm_types, trainable_params
+from fastcore.basics import partialler
+from fastcore.foundation import L
+from torch import nn
 
 __all__ = ['Lamb', 'lamb', 'LambOptimizer', 'lamb_foreach_step', 'no_wd_params', 'ExcludeFromAdaptation',
            'lamb_param_groups', 'WDGroupsOptimWrapper', 'torch_optimizer_lamb', 'scale_lr', 'scale_wd', 'warmup_pct',
@@ -211,7 +212,8 @@ class WDGroupsOptimWrapper(OptimWrapper):
         super()._set_hyper(k, v)
 
 def _torch_optimizer():
-    try: import torch_optimizer
+    try:
+        import torch_optimizer
     except ImportError as e:
         raise ImportError("`torch_optimizer_lamb` needs torch-optimizer, which comes with the `lamb` extra: "
                           "`pip install 'fastai_gpu_tabular[lamb]'`") from e

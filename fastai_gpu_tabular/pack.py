@@ -5,15 +5,26 @@ one gather. `Layout` says where each kind of value sits; `pack_rows` builds the 
 `TabularGPU.release_frame` dropped (`ReleasedFrame`: what it kept)."""
 from __future__ import annotations
 
-import dataclasses, warnings
+import dataclasses
+import warnings
 from typing import Any, NamedTuple
-import pandas as pd, torch
+import pandas as pd
+import torch
 from fastai.data.transforms import Categorize, EncodedMultiCategorize, RegressionSetup
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, Tabular
 
-from .backend import (Frame, col_to_tensor, encode_codes, explode_lists, frame_device, frame_of_tensors,
-                      is_numeric_dtype, is_str_dtype, pad_bags)
+from .backend import (
+    Frame,
+    col_to_tensor,
+    encode_codes,
+    explode_lists,
+    frame_device,
+    frame_of_tensors,
+    is_numeric_dtype,
+    is_str_dtype,
+    pad_bags,
+)
 
 __all__ = ['ColumnSpan', 'Layout', 'ReleasedFrame', 'cat_widths', 'cat_spans', 'y_dtype', 'packs_whole', 'pack_rows',
            'unpack_rows', 'gather_rows', 'unpack_frame']

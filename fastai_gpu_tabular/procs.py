@@ -1,18 +1,30 @@
 "fastai's own `Categorify`, `FillMissing`, `Normalize` and `Categorize`, computed on the frame's device (cuDF or pandas)."
 from __future__ import annotations
 
-import functools, operator, warnings
-from collections.abc import Callable
+import functools
+import operator
+import warnings
 from collections import defaultdict
-import numpy as np, pandas as pd
-from fastcore.basics import store_attr
-from fastcore.foundation import L
+from collections.abc import Callable
+import numpy as np
+import pandas as pd
 from fastai.data.transforms import Categorize, CategoryMap, Normalize
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy, Tabular
+from fastcore.basics import store_attr
+from fastcore.foundation import L
 
-from .backend import (encode_codes, explode_lists, holds_py_bools, host_scalar, is_cudf, mode_value, sorted_uniques,
-                      take_values, to_host)
+from .backend import (
+    encode_codes,
+    explode_lists,
+    holds_py_bools,
+    host_scalar,
+    is_cudf,
+    mode_value,
+    sorted_uniques,
+    take_values,
+    to_host,
+)
 from .checks import check_fill_value, check_labels, fill_nan_check
 from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 

@@ -3,7 +3,8 @@ one fastai's `fit` shows, in a notebook or a terminal; plain lines where output 
 output), which fastprogress leaves silent; nothing when turned off."""
 from __future__ import annotations
 
-import sys, time
+import sys
+import time
 from fastprogress import fastprogress as fp
 
 __all__ = ['RowProgress', 'progress_rows', 'dask_progress']
@@ -60,7 +61,7 @@ def progress_rows(total:int, what:str, progress:bool=True, every:float=10.) -> R
 def dask_progress(what:str, rows:int|None=None, progress:bool=True, every:float=10.):
     """A context in which each Dask compute (on a local scheduler: threads, processes, sync) shows its progress as a
     pass of `what`: the share of its tasks done, as rows of the `rows` it reads (tasks when `rows` is unknown)."""
-    from dask.callbacks import Callback   # an optional dependency: imported when used
+    from dask.callbacks import Callback  # an optional dependency: imported when used
     n = [0]
     bars = {}
     def start_state(dsk, state):

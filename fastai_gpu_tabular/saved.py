@@ -5,18 +5,26 @@ fastai's attribute names (typed JSON: see `SAVED_TYPES`), and the size and sha25
 (`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`."""
 from __future__ import annotations
 
-import functools, hashlib, io, json, math, re, shutil
-from concurrent.futures import ThreadPoolExecutor
+import functools
+import hashlib
+import io
+import json
+import math
+import re
+import shutil
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib.metadata import version
 from pathlib import Path
-import numpy as np, pandas as pd, torch
-from fastcore.foundation import L
+import numpy as np
+import pandas as pd
+import torch
 from fastai.data.block import TransformBlock
 from fastai.data.transforms import Categorize, CategoryMap, EncodedMultiCategorize, Normalize, RegressionSetup
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
+from fastcore.foundation import L
 
 from .backend import frame_device, frame_of_tensors, is_dask, to_backend
 from .groupby import JoinGroupby

@@ -4,9 +4,13 @@ piece ahead by a thread (into pinned buffers, copied to the GPU on a side stream
 the device, every batch a slice of one gather from that window."""
 from __future__ import annotations
 
-import json, os, queue, threading
+import json
+import os
+import queue
+import threading
 from pathlib import Path
-import numpy as np, torch
+import numpy as np
+import torch
 from fastcore.meta import delegates
 
 from .collectives import rank_and_world
@@ -27,7 +31,7 @@ def free_memory(device:torch.device|str, frac:float=0.5) -> int:
 def byte_count(b:int|str|None) -> int|None:
     "A byte count from an int or a string such as '2GB' (Dask's `parse_bytes`); None stays None."
     if b is None or isinstance(b, (int, np.integer)): return b
-    from dask.utils import parse_bytes   # an optional dependency: imported when a string needs it
+    from dask.utils import parse_bytes  # an optional dependency: imported when a string needs it
     return parse_bytes(b)
 
 class PackedChunks:

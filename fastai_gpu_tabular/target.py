@@ -3,7 +3,8 @@ training rows (scikit-learn's `TargetEncoder`, computed on the frame's device): 
 from __future__ import annotations
 
 import numbers
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 from fastai.tabular.core import TabularProc
 
 from .backend import encode_codes, is_cudf, require_cudf, sorted_uniques, to_host

@@ -7,8 +7,8 @@ broken install cannot pass as skips.
 FGT_FAKE_DEVICE=lazy runs the suite with fastai's `default_device()` on a device that is not the CPU, as on a GPU
 machine (see tests/fake_device.py): a test that assumes the CPU, or mixes the CPU with the loaders' device, fails."""
 import os
-import pytest, torch
-
+import pytest
+import torch
 from fastai_gpu_tabular.backend import cudf_available, cudf_reason, to_backend
 
 TIERS = ('cuda', 'cudf')

@@ -1,9 +1,12 @@
 "Helpers for the drop-in tests: fastai's tabular notebooks as a user's checklist, run on TabularPandas and TabularGPU."
-import numpy as np, pandas as pd, pytest
-import fastai.tabular.core as ftc, fastai.tabular.learner as ftl
+import fastai.tabular.core as ftc
+import fastai.tabular.learner as ftl
+import numpy as np
+import pandas as pd
+import pytest
+import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_adult
-import fastai_gpu_tabular.core as fgc
 
 # the columns of fastai's tabular notebooks (the adult sample; its `education-num` is `educational-num` here)
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race']

@@ -11,9 +11,13 @@ LAZY_CANNOT = ('sparse', 'combined_state', 'bf16_autocast')
 
 def use_fake_device(name):
     "Make fastai's `default_device()` return `name` everywhere it was imported; `torch.equal`/`.numpy()` check devices."
-    import fastai.torch_core as tc, fastai.learner, fastai.tabular.all
+    import fastai.learner
+    import fastai.tabular.all
+    import fastai.torch_core as tc
+    import fastai_gpu_tabular.__main__
+
     # what imports default_device, before it is replaced
-    import fastai_gpu_tabular.all, fastai_gpu_tabular.__main__  # noqa: F401
+    import fastai_gpu_tabular.all  # noqa: F401
     if name != 'lazy': raise pytest.UsageError(f"FGT_FAKE_DEVICE={name!r}: only 'lazy' runs on a CPU")
     import torch._lazy.ts_backend
     torch._lazy.ts_backend.init()

@@ -1,10 +1,11 @@
 """Run by tests/test_keras.py in a fresh process (KERAS_BACKEND is read once, when keras is imported): checks
 `as_keras_dataset`/`to_tf`/`bag_embedding` on MovieLens and trains a Keras model on them; prints a JSON report."""
 import json
-import numpy as np, torch
 import keras
-from keras import ops
+import numpy as np
+import torch
 from fastai.tabular.all import CategoryBlock, FillMissing, Normalize, RandomSplitter
+from keras import ops
 from fastai_gpu_tabular.all import Categorify, TabularGPU, load_movielens
 from fastai_gpu_tabular.keras_loader import as_keras_dataset, bag_embedding, keras_inputs, to_tf
 from fastai_gpu_tabular.model import masked_bag_lookup

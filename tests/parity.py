@@ -1,5 +1,7 @@
 "Shared checks: `TabularGPU` against fastai's own `TabularPandas` built with the same arguments."
-import numpy as np, pandas as pd, torch
+import numpy as np
+import pandas as pd
+import torch
 from fastai.tabular.all import TabularPandas, get_emb_sz
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import to_pandas

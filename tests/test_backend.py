@@ -1,6 +1,9 @@
 "backend.py: lazy cuDF, the frame ops that differ between backends, zero-copy columns to tensors."
-import subprocess, sys
-import numpy as np, pandas as pd, pytest
+import subprocess
+import sys
+import numpy as np
+import pandas as pd
+import pytest
 from fastai_gpu_tabular import backend as B
 
 def test_import_is_lazy():

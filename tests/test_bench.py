@@ -1,7 +1,9 @@
 "The bench end to end at tiny N: each contender runs, the JSON has its schema, the chart exists; no timing asserted."
-import json, math, subprocess, sys
+import json
+import math
+import subprocess
+import sys
 import pytest
-
 from fastai_gpu_tabular.backend import cudf_available
 from fastai_gpu_tabular.bench import CONTENDERS, compute_ratios, format_table, main, time_loader
 

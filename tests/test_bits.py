@@ -1,9 +1,11 @@
 """To the bit and to the frame: Normalize's values and dtypes are fastai's exactly, and `inplace=True` holds no
 DataFrame that fastai's does not. Each against fastai's own TabularPandas, on real and synthetic columns."""
 import gc
-import numpy as np, pandas as pd, pytest, torch
-from fastai.tabular.all import (Categorify, ColSplitter, FillMissing, Normalize, RandomSplitter, TabularPandas,
-                                range_of)
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from fastai.tabular.all import Categorify, ColSplitter, FillMissing, Normalize, RandomSplitter, TabularPandas, range_of
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.datasets import load_adult, load_flights
 from fastai_gpu_tabular.pack import unpack_rows

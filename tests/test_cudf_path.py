@@ -1,19 +1,44 @@
 """The cuDF path (issue 12): each fix of the source review against what pandas or fastai give on the same data, the
 no-sync hot path, and the processed frame released once packed. `backend` tests run on pandas here and on cuDF too
 where CUDA and cuDF are; `gpu` tests need both; the rest check, on pandas, the logic the cuDF path shares."""
-import pickle, warnings
-import numpy as np, pandas as pd, pytest, torch
-from fastai.tabular.all import (Categorify, ClassificationInterpretation, CrossEntropyLossFlat, FillMissing,
-                                FillStrategy, Normalize, RandomSplitter, TabularDataLoaders, TabularModel, TabularPandas,
-                                get_emb_sz, load_learner, range_of, set_seed, tabular_learner)
-from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, Lamb, TabularGPU
-from fastai_gpu_tabular.backend import (codes_dtype, encode_codes, mode_value, sorted_uniques, split_lists, to_backend,
-                                        to_pandas)
-from fastai_gpu_tabular.bench.contenders import held_memory
-from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
+import pickle
+import warnings
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from fastai.tabular.all import (
+    Categorify,
+    ClassificationInterpretation,
+    CrossEntropyLossFlat,
+    FillMissing,
+    FillStrategy,
+    Normalize,
+    RandomSplitter,
+    TabularDataLoaders,
+    TabularModel,
+    TabularPandas,
+    get_emb_sz,
+    load_learner,
+    range_of,
+    set_seed,
+    tabular_learner,
+)
+from parity import assert_same_processing, build_both
 import fastai_gpu_tabular.core as fgc
 import fastai_gpu_tabular.procs as fgp
-from parity import assert_same_processing, build_both
+from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, Lamb, TabularGPU
+from fastai_gpu_tabular.backend import (
+    codes_dtype,
+    encode_codes,
+    mode_value,
+    sorted_uniques,
+    split_lists,
+    to_backend,
+    to_pandas,
+)
+from fastai_gpu_tabular.bench.contenders import held_memory
+from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
 
 PROCS = [Categorify, FillMissing, Normalize]
 CATS, CONTS = ['carrier', 'origin', 'dest', 'tailnum'], ['dep_time', 'sched_dep_time', 'dep_delay', 'distance', 'hour']

@@ -1,5 +1,7 @@
 "The Criteo-like generator: the shape, types, missing rates and determinism its docstring and the README state."
-import numpy as np, pandas as pd, pytest
+import numpy as np
+import pandas as pd
+import pytest
 from sklearn.metrics import roc_auc_score
 from fastai_gpu_tabular.datasets import criteo_names, make_criteo
 

@@ -1,25 +1,31 @@
 """`distrib_ctx` with `BatchDataLoader`: the sharding rules in one process, then two ranks on gloo (127.0.0.1), started
 by torchrun on a free port with a time limit, which save what they saw; the tests compare that with one process.
 Run as a script, this file is the ranks' program."""
-import contextlib, io, os, signal, subprocess, sys
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
-
-import numpy as np, pytest, torch
+import numpy as np
+import pytest
 import sklearn.metrics as skm
-from hypothesis import given, settings, strategies as st
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip('accelerate', reason="fastai's distrib_ctx needs accelerate (the test extra installs it)")
 from fastai.callback.fp16 import MixedPrecision
+from fastai.distributed import DistributedDL
 from fastai.learner import Callback, CancelFitException, load_learner
 from fastai.metrics import RocAucBinary, accuracy
 from fastai.tabular.all import Categorify, FillMissing, Normalize, tabular_config
 from fastai.torch_core import noop, rank_distrib, set_seed
-from fastai.distributed import DistributedDL
 from fastai_gpu_tabular import core
-from fastai_gpu_tabular.all import (AUC, DistributedBatchDL, Lamb, TabularGPU, shard_layout, shard_span,
-                                    tabular_learner)
+from fastai_gpu_tabular.all import AUC, DistributedBatchDL, Lamb, TabularGPU, shard_layout, shard_span, tabular_learner
 from fastai_gpu_tabular.datasets import load_adult
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']
@@ -137,7 +143,8 @@ def rank_main(out):
 
 def stream_run(df, splits, ctx):
     "A Dask frame's loaders, streamed (TabularDask, StreamDataLoader) under distrib_ctx: what each rank trained on."
-    import dask, dask.dataframe as dd
+    import dask
+    import dask.dataframe as dd
     df = df.drop(columns='tags').assign(is_valid=np.isin(np.arange(len(df)), splits[1]))
     with dask.config.set(scheduler='sync'):
         to = TabularGPU(dd.from_pandas(df, npartitions=4), procs=[Categorify, FillMissing], cat_names=CATS,

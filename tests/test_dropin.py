@@ -1,17 +1,29 @@
 """TabularGPU as a drop-in for TabularPandas: what fastai's tabular.core and tabular.data notebooks show a user, run on
 both and compared; the `_na` names and `iloc` rows that used to break; the errors for +-inf and for a non-frame."""
 import pickle
-from unittest.mock import patch
 from collections import defaultdict
-import numpy as np, pandas as pd, pytest, torch
+from unittest.mock import patch
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from dropin import CATS, CONTS, adult, assert_same_state, assert_same_values, capture_display, named
 from fastai.data.block import MultiCategoryBlock
 from fastai.data.transforms import Normalize, RandomSplitter
-from fastai.tabular.all import (Categorify, FillMissing, FillStrategy, TabularDataLoaders, TabularPandas, TabularProc,
-                                add_datepart, cont_cat_split, noop)
+from fastai.tabular.all import (
+    Categorify,
+    FillMissing,
+    FillStrategy,
+    TabularDataLoaders,
+    TabularPandas,
+    TabularProc,
+    add_datepart,
+    cont_cat_split,
+    noop,
+)
+from parity import assert_same_processing, build_both
 from fastai_gpu_tabular.all import BatchDataLoaders, TabularGPU
 from fastai_gpu_tabular.backend import to_backend, to_pandas
-from parity import assert_same_processing, build_both
-from dropin import CATS, CONTS, adult, assert_same_state, assert_same_values, capture_display, named
 
 PROCS = [Categorify, FillMissing, Normalize]
 

@@ -1,17 +1,26 @@
 """TabularGPU/BatchDataLoaders as a drop-in, continued: what fastai's tabular.model and tabular.learner notebooks and
 its tabular tutorial show, on fastai's TabularPandas and on ours, compared (the same weights, the same predictions)."""
-import pytest, torch
+import pytest
+import torch
+from dropin import CATS, CONTS, adult, assert_same_values, capture_display
 from fastai.data.transforms import Normalize, RandomSplitter
 from fastai.layers import SigmoidRange
 from fastai.learner import load_learner
 from fastai.losses import CrossEntropyLossFlat
 from fastai.metrics import accuracy
-from fastai.tabular.all import (Categorify, FillMissing, TabularDataLoaders, TabularModel, emb_sz_rule, get_emb_sz,
-                                tabular_config, set_seed)
+from fastai.tabular.all import (
+    Categorify,
+    FillMissing,
+    TabularDataLoaders,
+    TabularModel,
+    emb_sz_rule,
+    get_emb_sz,
+    set_seed,
+    tabular_config,
+)
 from fastai.tabular.learner import tabular_learner as fastai_tabular_learner
-from fastai_gpu_tabular.all import BatchDataLoaders, TabularGPU, TabularModelGPU, tabular_learner
 from parity import build_both
-from dropin import CATS, CONTS, adult, assert_same_values, capture_display
+from fastai_gpu_tabular.all import BatchDataLoaders, TabularGPU, TabularModelGPU, tabular_learner
 
 PROCS = [Categorify, FillMissing, Normalize]
 

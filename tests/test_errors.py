@@ -1,5 +1,7 @@
 "Bad input: a clear error that names the column and the problem, before long work; the caller's frame is never mutated."
-import numpy as np, pandas as pd, pytest
+import numpy as np
+import pandas as pd
+import pytest
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, TabularPandas, range_of
 from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
 from fastai_gpu_tabular.backend import to_pandas

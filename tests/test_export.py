@@ -1,14 +1,23 @@
 """`export_onnx`: one ONNX graph from raw columns reproduces `get_preds` on held-out MovieLens rows (unseen users and
 movies, NaN conts, null strings, a multi-hot column) and Adult rows in each string dtype; `export_model`
 (torch.export); `export_triton`'s config; `learn.export` loaded in a fresh Python, and where the package is missing."""
-import importlib.util, os, subprocess, sys, textwrap, warnings, zipfile
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+import zipfile
 from pathlib import Path
-import numpy as np, pandas as pd, pytest, torch
-import fastai_gpu_tabular
+import numpy as np
+import pandas as pd
+import pytest
+import torch
 from fastai.tabular.all import FillMissing, Normalize, load_learner
-from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths, tabular_learner, load_adult, load_movielens_100k
-from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
+import fastai_gpu_tabular
+from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths, load_adult, load_movielens_100k, tabular_learner
 from fastai_gpu_tabular.data import BatchDataLoaders
+from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
 
 ort = pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -149,7 +158,9 @@ def test_export_model_torch_export(clas, tmp_path):
 
 def test_onnx_stock_fastai_learner(tmp_path):
     "A learner of fastai's own TabularPandas and tabular_learner exports too (Adult census, NaN in a cont and in cats)."
-    from fastai.tabular.all import Categorify as FastaiCategorify, TabularPandas, tabular_learner as fastai_learner
+    from fastai.tabular.all import Categorify as FastaiCategorify
+    from fastai.tabular.all import TabularPandas
+    from fastai.tabular.all import tabular_learner as fastai_learner
     df = load_adult().iloc[:8000]
     df.loc[df.index[::7], 'age'] = np.nan
     to = TabularPandas(df.iloc[:7000], procs=[FastaiCategorify, FillMissing, Normalize], y_names='income',

@@ -1,6 +1,8 @@
 """`JoinGroupby` against pandas' own groupby of the training rows, on Adult: per category the count, mean and std
 (ddof 0) of a cont, joined back; missing categories are one, unseen ones get the statistic of all training rows."""
-import numpy as np, pandas as pd, pytest
+import numpy as np
+import pandas as pd
+import pytest
 from fastai.data.transforms import Normalize, RandomSplitter
 from fastai.tabular.all import Categorify, FillMissing
 from fastai_gpu_tabular.all import JoinGroupby, TabularGPU

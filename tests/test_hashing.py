@@ -1,15 +1,27 @@
 """Hashed buckets and crosses (hashing.py): the hash is sklearn's MurmurHash3 on real values, `Categorify(num_buckets)`
 is fastai's Categorify plus buckets for the values its vocabulary drops, `HashBucket` and `HashedCross` give the codes
 their definition says, and bad input fails early, naming the column, leaving the caller's frame alone."""
-import numpy as np, pandas as pd, pytest, torch
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from fastai.tabular.all import Categorify as FastaiCategorify
+from fastai.tabular.all import FillMissing, Normalize, TabularPandas, get_emb_sz, load_learner
+from parity import assert_same_processing
 from sklearn.utils import murmurhash3_32
-from fastai.tabular.all import (Categorify as FastaiCategorify, FillMissing, Normalize, TabularPandas, get_emb_sz,
-                                load_learner)
-from fastai_gpu_tabular.all import (Categorify, HashBucket, HashedCross, TabularGPU, bucket_labels, hash_column,
-                                    hash_values, murmur3_32, tabular_learner)
+from fastai_gpu_tabular.all import (
+    Categorify,
+    HashBucket,
+    HashedCross,
+    TabularGPU,
+    bucket_labels,
+    hash_column,
+    hash_values,
+    murmur3_32,
+    tabular_learner,
+)
 from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_adult, load_movielens
-from parity import assert_same_processing
 
 SEEDS = [0, 12345, 2**32 - 1]
 

@@ -2,7 +2,15 @@
 `--dry-run`), Kaggle's offline wheelhouse, and the quick start where only the built wheel is installed. The fresh
 environment is a new venv that sees this one's packages (fastai, torch, pandas...) but not this package: what a Kaggle
 image is, with fastai and torch installed."""
-import importlib.metadata, json, os, re, shlex, subprocess, sys, sysconfig, tomllib
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import sysconfig
+import tomllib
 from pathlib import Path
 import pytest
 from packaging.version import Version
@@ -174,7 +182,8 @@ def test_readme_small_frame_example():
 
 def test_star_import_rebinds_what_readme_says():
     "The names `fastai_gpu_tabular.all` rebinds after `fastai.tabular.all` are the ones the README lists, no more."
-    import fastai.tabular.all as fa, fastai_gpu_tabular.all as ours
+    import fastai.tabular.all as fa
+    import fastai_gpu_tabular.all as ours
     rebound = {n for n in ours.__dict__ if not n.startswith('_') and n in fa.__dict__ and fa.__dict__[n] is not ours.__dict__[n]}
     text = README[README.index('**What the star import replaces.**'):]
     text = text[:text.index('\n\n')]

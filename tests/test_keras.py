@@ -1,6 +1,10 @@
 """`as_keras_dataset` on Keras' torch backend (CI) and TensorFlow backend (with tensorflow-cpu installed, else skipped):
 each runs tests/keras_worker.py in its own process, since Keras reads KERAS_BACKEND once, when it is imported."""
-import importlib.util, json, os, subprocess, sys
+import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 import pytest
 

@@ -1,10 +1,12 @@
 "BatchDataLoader: fastai's DataLoader contract, one true permutation an epoch, one gather a batch."
-import numpy as np, pytest, torch
-from scipy.stats import chisquare
+import numpy as np
+import pytest
+import torch
 from fastai.tabular.all import Categorify, FillMissing, TabDataLoader, TabularPandas, default_device
+from parity import assert_same_batches
+from scipy.stats import chisquare
 from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
 from fastai_gpu_tabular.datasets import load_adult
-from parity import assert_same_batches
 
 N = 3000
 def kw():

@@ -2,19 +2,51 @@
 probabilities, saturated and tied), MRR/NDCG/HitRate equal a pandas groupby reference (and sklearn's ndcg_score), on
 random data with ties and on MovieLens 100K through a fastai Learner; no host conversion while accumulating; half/bf16
 outputs; values gathered once across 2 gloo processes (fastai's DistributedDL padding too)."""
-import json, math, os, socket, subprocess, sys, warnings
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import warnings
 from types import SimpleNamespace
-
-import numpy as np, pandas as pd, pytest, torch
+import numpy as np
+import pandas as pd
+import pytest
 import sklearn.metrics as skm
-from torch import nn
-from hypothesis import given, settings, strategies as st, HealthCheck
-from fastai.tabular.all import (BCEWithLogitsLossFlat, CrossEntropyLossFlat, FillMissing, Learner, MSELossFlat,
-                                Normalize, RandomSplitter, RocAucBinary, noop, range_of, set_seed)
-from fastai_gpu_tabular.all import (AUC, HitRate, LogLoss, MRR, NDCG, Categorify, TabularGPU, binary_log_loss,
-                                    group_position, rank_metrics, roc_auc, tabular_learner)
-from fastai_gpu_tabular.datasets import load_movielens_100k
+import torch
+from fastai.tabular.all import (
+    BCEWithLogitsLossFlat,
+    CrossEntropyLossFlat,
+    FillMissing,
+    Learner,
+    MSELossFlat,
+    Normalize,
+    RandomSplitter,
+    RocAucBinary,
+    noop,
+    range_of,
+    set_seed,
+)
 from host_sync import HostConversions
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+from fastai_gpu_tabular.all import (
+    AUC,
+    MRR,
+    NDCG,
+    Categorify,
+    HitRate,
+    LogLoss,
+    TabularGPU,
+    binary_log_loss,
+    group_position,
+    rank_metrics,
+    roc_auc,
+    tabular_learner,
+)
+from fastai_gpu_tabular.datasets import load_movielens_100k
 
 HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,10 +1,12 @@
 "Multi-hot columns and frequency-capped vocabularies, on MovieLens."
-import numpy as np, pytest, torch
+import numpy as np
+import pytest
+import torch
 from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
+import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths
 from fastai_gpu_tabular.backend import to_backend, to_pandas
 from fastai_gpu_tabular.datasets import load_movielens, load_movielens_100k
-import fastai_gpu_tabular.core as fgc
 
 @pytest.fixture(scope='module')
 def ml():
@@ -115,8 +117,8 @@ def test_min_freq_max_vocab_against_value_counts(ml, min_freq, max_vocab, backen
     assert list(to.classes['genres'].items) == _reference_vocab(elems, min_freq, max_vocab)
 
 def test_min_freq_survives_export(ml, tmp_path):
-    from fastai_gpu_tabular.all import tabular_learner
     from fastai.tabular.all import load_learner
+    from fastai_gpu_tabular.all import tabular_learner
     to = build(ml, procs=[Categorify(min_freq=20), FillMissing, Normalize])
     learn = tabular_learner(to.dataloaders(bs=4096), layers=[20], path=tmp_path)
     learn.export(tmp_path/'m.pkl')

@@ -9,20 +9,22 @@ batch, and `AccumMetric`s such as `RocAucBinary` copy each batch to the host: no
 
 On CUDA the guard is `torch.cuda.set_sync_debug_mode('error')`; the CPU stand-in records, in the same scopes, every
 Python read of a tensor's value (`host_sync.HostConversions`), each of which would wait for the device on a GPU."""
-import numpy as np, pytest, torch
+import numpy as np
+import pytest
+import torch
 from fastai.callback.core import Callback
 from fastai.data.core import DataLoaders
+from fastai.data.transforms import RandomSplitter
 from fastai.learner import Learner
 from fastai.losses import CrossEntropyLossFlat
 from fastai.metrics import RocAucBinary
 from fastai.tabular.core import FillMissing, Normalize
 from fastai.tabular.model import TabularModel, get_emb_sz
-from fastai.data.transforms import RandomSplitter
 from fastai.torch_core import set_seed
+from host_sync import HostConversions
 from fastai_gpu_tabular.all import AUC, Categorify, LogLoss, TabularGPU
 from fastai_gpu_tabular.datasets import load_adult
 from fastai_gpu_tabular.stream import PackedChunks, StreamDataLoader
-from host_sync import HostConversions
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']
 CONTS = ['age', 'fnlwgt', 'educational-num', 'capital-gain', 'capital-loss', 'hours-per-week']

@@ -1,6 +1,7 @@
 """Every notebook in nbs/ executes top to bottom. Cells flagged `#| cuda` run only with CUDA and cuDF, `#| slow` only
 with FGT_SLOW=1, and `#| eval: false` and `#| kaggle` (Kaggle-only set-up) never (nbdev's flags)."""
-import os, re
+import os
+import re
 from pathlib import Path
 import pytest
 

@@ -1,18 +1,46 @@
 """LAMB: equivalence with fastai's `Lamb`, no host sync in `step`, fastai Learner integration, torch-optimizer,
 batch-size helpers."""
-import copy, sys, warnings
+import copy
+import sys
+import warnings
 from contextlib import nullcontext
 from pathlib import Path
-import numpy as np, pandas as pd, pytest, torch
-from torch import nn
-from fastai.optimizer import Adam, Lamb as FastaiLamb
-from fastai.tabular.all import (Callback, Categorify, FillMissing, Normalize, RandomSplitter, TabularModel,
-                                TabularPandas, combined_cos, norm_bias_params, range_of, set_seed, tabular_learner)
-import fastai_gpu_tabular
-from fastai_gpu_tabular.optimizer import (ExcludeFromAdaptation, Lamb, LambOptimizer, WDGroupsOptimWrapper, lamb,
-                                          lamb_param_groups, no_wd_params, scale_lr, scale_wd, torch_optimizer_lamb,
-                                          warmup_pct)
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from fastai.optimizer import Adam
+from fastai.optimizer import Lamb as FastaiLamb
+from fastai.tabular.all import (
+    Callback,
+    Categorify,
+    FillMissing,
+    Normalize,
+    RandomSplitter,
+    TabularModel,
+    TabularPandas,
+    combined_cos,
+    norm_bias_params,
+    range_of,
+    set_seed,
+    tabular_learner,
+)
 from host_sync import HostConversions
+from torch import nn
+import fastai_gpu_tabular
+from fastai_gpu_tabular.optimizer import (
+    ExcludeFromAdaptation,
+    Lamb,
+    LambOptimizer,
+    WDGroupsOptimWrapper,
+    lamb,
+    lamb_param_groups,
+    no_wd_params,
+    scale_lr,
+    scale_wd,
+    torch_optimizer_lamb,
+    warmup_pct,
+)
 
 # ---- helpers ----------------------------------------------------------------------------------------------------
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender', 'native-country']

@@ -1,5 +1,9 @@
 "Packaging: pyproject.toml is the source of truth; settings.ini mirrors it for nbdev 2; every module has `__all__`."
-import configparser, importlib, pkgutil, re, tomllib
+import configparser
+import importlib
+import pkgutil
+import re
+import tomllib
 from pathlib import Path
 import fastai_gpu_tabular
 

@@ -1,10 +1,11 @@
 """pandas 3: fastai 2.8's `TabularPandas` still processes its frame there, but its batches fail ('negative strides');
 `TabularGPU` processes the same frame the same way and trains. On pandas 2 both work, and the test checks the same."""
-import pandas as pd, pytest
+import pandas as pd
+import pytest
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, range_of, set_seed
+from parity import FASTAI_LOADER_WORKS, assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 from fastai_gpu_tabular.all import tabular_learner
 from fastai_gpu_tabular.datasets import load_flights
-from parity import FASTAI_LOADER_WORKS, assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 
 def test_trains_where_fastai_tabular_pandas_cannot(backend):
     "Two regression targets named in the reverse of their frame order: the case whose fastai batches fail on pandas 3."

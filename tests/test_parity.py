@@ -1,11 +1,12 @@
 "TabularGPU gives what fastai's TabularPandas gives, on real datasets, on every backend."
 from collections import defaultdict
-import numpy as np, pytest
+import numpy as np
+import pytest
 from fastai.tabular.all import Categorify, FillMissing, FillStrategy, Normalize, RandomSplitter, TabularPandas, range_of
-from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens, load_movielens_100k
+from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import is_str_dtype
-from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
+from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens, load_movielens_100k
 
 PROCS = [Categorify, FillMissing, Normalize]
 

@@ -3,9 +3,9 @@ nothing when off; on a save, a load and each pass of a TabularDask over Adult's 
 import re
 import pytest
 from fastai.tabular.all import CategoryBlock, FillMissing, Normalize
+import fastai_gpu_tabular.progress as fgp
 from fastai_gpu_tabular.all import Categorify, TabularGPU
 from fastai_gpu_tabular.datasets import load_adult
-import fastai_gpu_tabular.progress as fgp
 
 KW = dict(procs=[Categorify, FillMissing, Normalize], cat_names=['workclass', 'education'],
           cont_names=['age', 'fnlwgt'], y_names='income', y_block=CategoryBlock())

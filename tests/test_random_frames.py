@@ -1,11 +1,14 @@
 """Random frames (hypothesis) through fastai's TabularPandas and TabularGPU: NaN in cats and conts, all-NaN and
 constant columns, bool/int/float/string/categorical dtypes, and categories unseen at test time."""
-import numpy as np, pandas as pd, pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+import numpy as np
+import pandas as pd
+import pytest
 from fastai.tabular.all import Categorify, FillMissing, Normalize, TabularPandas
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from parity import assert_same_processing, build_both
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import to_pandas
-from parity import assert_same_processing, build_both
 
 CAT_KINDS = ['bool', 'bool_nan', 'int', 'int_nan', 'float', 'str', 'str_nan', 'category', 'all_nan', 'const']
 CONT_KINDS = ['float', 'float_nan', 'int', 'const', 'float32_nan', 'mostly_nan']

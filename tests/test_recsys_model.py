@@ -1,10 +1,31 @@
 "RecSys model pieces on MovieLens: embedding bags, sparse tables with the combined optimizer, the fused lookup."
 import warnings
-import numpy as np, pytest, torch
-from fastai.tabular.all import (CancelFitException, Callback, FillMissing, MixedPrecision, Normalize, RandomSplitter,
-                                ShortEpochCallback, TabularModel, load_learner, range_of, set_seed)
-from fastai_gpu_tabular.all import (Categorify, Lamb, TabularGPU, TabularModelGPU, cat_widths, sparse_adam_step,
-                                    sparse_columns, tabular_learner)
+import numpy as np
+import pytest
+import torch
+from fastai.tabular.all import (
+    Callback,
+    CancelFitException,
+    FillMissing,
+    MixedPrecision,
+    Normalize,
+    RandomSplitter,
+    ShortEpochCallback,
+    TabularModel,
+    load_learner,
+    range_of,
+    set_seed,
+)
+from fastai_gpu_tabular.all import (
+    Categorify,
+    Lamb,
+    TabularGPU,
+    TabularModelGPU,
+    cat_widths,
+    sparse_adam_step,
+    sparse_columns,
+    tabular_learner,
+)
 from fastai_gpu_tabular.datasets import load_movielens
 from fastai_gpu_tabular.model import bag_lookup
 

@@ -1,6 +1,7 @@
 """`use_rmm_for_torch`: torch's CUDA allocations come from RMM's pool where cuDF is (in a fresh process: the allocator
 can be set only before torch's first allocation); a clear error where RMM is absent."""
-import subprocess, sys
+import subprocess
+import sys
 import pytest
 from fastai_gpu_tabular.backend import use_rmm_for_torch
 

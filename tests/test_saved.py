@@ -1,16 +1,31 @@
 """`TabularGPU.save`/`load`: the processed rows and procs' state as plain data. A loaded Tabular against the one saved
 and fastai's TabularPandas on Adult, MovieLens (a multi-hot genres column, NaN filled) and flights (a Timestamp
 vocabulary); loaded in a fresh process where unpickling fails; damaged files, versions and bad state named."""
-import json, os, subprocess, sys
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
-import numpy as np, pandas as pd, pytest, torch
-from fastai.tabular.all import (CategoryBlock, FillMissing, Normalize, RandomSplitter, TabularPandas, TabularProc,
-                                range_of, set_seed, tabular_learner)
+import numpy as np
+import pandas as pd
+import pytest
+import torch
 from fastai.tabular import core as fatc
+from fastai.tabular.all import (
+    CategoryBlock,
+    FillMissing,
+    Normalize,
+    RandomSplitter,
+    TabularPandas,
+    TabularProc,
+    range_of,
+    set_seed,
+    tabular_learner,
+)
+from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
+import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU, decode_values, encode_values
 from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
-import fastai_gpu_tabular.core as fgc
-from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 
 ADULT = dict(cat_names=['workclass', 'education', 'marital-status', 'occupation', 'gender', 'native-country'],
              cont_names=['age', 'fnlwgt', 'educational-num', 'hours-per-week'], y_names='income',

@@ -1,8 +1,13 @@
 """`PackedChunks` and `StreamDataLoader`: every row once an epoch, fastai's batch contract, equal shares per rank
 (two gloo processes), and an out-of-core run (data bigger than a memory budget, peak RSS measured in a subprocess)."""
-import json, os, socket, subprocess, sys
-import numpy as np, pytest, torch
-
+import json
+import os
+import socket
+import subprocess
+import sys
+import numpy as np
+import pytest
+import torch
 from fastai_gpu_tabular.stream import PackedChunks, StreamDataLoader, _rank_slices
 
 SIZES = [100, 0, 2345, 17, 900, 1, 1500]   # rows of each chunk file (one empty)

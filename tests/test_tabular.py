@@ -1,11 +1,12 @@
 "TabularGPU's Tabular surface: iloc, the cats/conts/ys properties and setters, show, decode; and the demo job."
-import pytest, torch
+import pytest
+import torch
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, default_device, range_of
+import fastai_gpu_tabular.__main__ as demo
+import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import cudf_available, to_pandas
-import fastai_gpu_tabular.__main__ as demo
 from fastai_gpu_tabular.datasets import load_adult
-import fastai_gpu_tabular.core as fgc
 
 @pytest.fixture
 def to(as_backend):
@@ -89,7 +90,8 @@ def test_demo_small_frame_in_a_log():
     """The main job as a log or a pipe sees it, on a small frame: the default batch size fits the rows (16,384 did not:
     no batch of 16,000 training rows), and fastai's per-epoch table is printed as plain lines, without the progress
     bar's carriage returns."""
-    import subprocess, sys
+    import subprocess
+    import sys
     r = subprocess.run([sys.executable, '-m', 'fastai_gpu_tabular', '--rows', '20000', '--epochs', '2',
                         '--backend', 'pandas', '--device', 'cpu'], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -3,12 +3,14 @@ smoothing: the out-of-fold values of the training rows (`fit_transform`), the st
 validation rows, `new`, `test_dl` and `predict` (`transform`), and the learned encodings. Both add each category's
 target in row order, so they agree exactly (NumPy's `bincount` is scikit-learn's loop); on cuDF, within the bound of
 another order of addition."""
-import numpy as np, pandas as pd, pytest
-from sklearn.model_selection import KFold, StratifiedKFold
-from sklearn.preprocessing import TargetEncoder
+import numpy as np
+import pandas as pd
+import pytest
 from fastai.data.transforms import Normalize, RandomSplitter
 from fastai.learner import load_learner
 from fastai.tabular.all import Categorify, FillMissing, TabularPandas
+from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.preprocessing import TargetEncoder
 from fastai_gpu_tabular.all import TabularGPU, TargetEncode, tabular_learner, target_encodings
 from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_adult, load_movielens

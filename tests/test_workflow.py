@@ -1,14 +1,35 @@
 "The fastai workflow a user runs, line by line, with TabularGPU in place of TabularPandas."
-import ast, os, subprocess, sys, textwrap
-import numpy as np, pandas as pd, pytest, torch
-from fastai.tabular.all import (Categorify, ClassificationInterpretation, FillMissing, Lamb, Normalize, RandomSplitter,
-                                TabDataLoader, TabularDataLoaders, TabularPandas, accuracy, load_learner, range_of,
-                                rmse, set_seed, tabular_learner)
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from fastai.tabular.all import (
+    Categorify,
+    ClassificationInterpretation,
+    FillMissing,
+    Lamb,
+    Normalize,
+    RandomSplitter,
+    TabDataLoader,
+    TabularDataLoaders,
+    TabularPandas,
+    accuracy,
+    load_learner,
+    range_of,
+    rmse,
+    set_seed,
+    tabular_learner,
+)
+from parity import assert_same_batches, assert_same_processing
+import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, TabularGPU
 from fastai_gpu_tabular.backend import to_backend
 from fastai_gpu_tabular.datasets import load_flights
-import fastai_gpu_tabular.core as fgc
-from parity import assert_same_batches, assert_same_processing
 
 CATS = ['carrier', 'tailnum', 'origin', 'dest', 'month', 'hour']
 CONTS = ['dep_time', 'sched_dep_time', 'dep_delay', 'arr_time', 'sched_arr_time', 'distance', 'day']

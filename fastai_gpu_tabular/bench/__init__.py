@@ -4,14 +4,14 @@ One module per suite: `contenders` (the default `fastai` suite: preprocessing, l
 fastai and this package, each in its own process; its JSON schema is in its docstring), `embeddings`, `multi_hot`;
 `machine`, `timing` and `report` hold what they share, `cli` the command line. Importing it starts nothing (no torch,
 fastai or cuDF): each suite imports what it measures when it runs."""
-from .machine import *
-from .timing import *
-from .report import *
+from .cli import *
 from .contenders import *
 from .embeddings import embedding_suite
-from .multi_hot import multi_hot_suite
+from .machine import *
 from .metrics import metric_suite
-from .cli import *
+from .multi_hot import multi_hot_suite
+from .report import *
+from .timing import *
 
 __all__ = ['CONTENDERS', 'SCHEMA_VERSION', 'SUITES', 'hardware', 'versions', 'git_state', 'RSSMeter', 'time_loader',
            'bare_epoch', 'gather_bandwidth', 'run_contender', 'compute_ratios', 'check_targets', 'format_table',

@@ -1,7 +1,12 @@
 "The command line: `python -m fastai_gpu_tabular.bench [--suite NAME]`."
 from __future__ import annotations
 
-import argparse, importlib, json, shlex, sys, time
+import argparse
+import importlib
+import json
+import shlex
+import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 

@@ -38,7 +38,16 @@ The JSON it writes (schema_version 1; sizes in MB = 2**20 bytes, batch sizes as 
 """
 from __future__ import annotations
 
-import argparse, gc, json, os, shlex, subprocess, sys, tempfile, time, traceback
+import argparse
+import gc
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -83,7 +92,6 @@ def _train_callback():
 def _train(res, dls, to, opts, device):
     "One epoch of the same fixed `TabularModel` for every contender; rows/s of the training pass, validation AUC."
     import numpy as np
-    import fastai.callback.progress, fastai.callback.schedule  # noqa: F401  (they patch `no_bar`, `fit_one_cycle`)
     from fastai.optimizer import Adam, Lamb
     from fastai.tabular.learner import tabular_learner
     from fastai.torch_core import set_seed
@@ -158,6 +166,7 @@ def _builder(name, opts, ctx):
     "A function building the contender's Tabular from the loaded frame: (object, seconds)."
     from fastai.data.block import CategoryBlock
     from fastai.tabular.core import Categorify, FillMissing, Normalize, TabularPandas
+
     from ..core import TabularGPU
     from ..datasets import criteo_names
     cats,conts,y = criteo_names()

@@ -1,7 +1,13 @@
 """The `ddp` suite: a loader epoch per rank under torchrun, `DistributedBatchDL` against fastai's `DistributedDL`."""
 from __future__ import annotations
 
-import json, os, signal, subprocess, sys, tempfile, time
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 from .cli import int_list, name_list
@@ -17,6 +23,7 @@ CONTENDERS = {'ours': "DistributedBatchDL (distrib_ctx's wrapper of a BatchDataL
 def _criteo_rows(n, device, seed=0):
     "`(rows, layout)` as `TabularGPU.packed_rows` holds Criteo: an int64 label, 26 cats, 13 conts, 1 pad column."
     import torch
+
     from ..pack import Layout
     layout,width = Layout.plan(26, 13, 1, torch.int64)
     g = torch.Generator(device=device).manual_seed(seed)   # the same rows on every rank
@@ -38,9 +45,10 @@ def _fastai_ddl():
     (fastai calls `.cuda()`), and the single row numbers its `sample` yields reach `BatchDataLoader.create_batches`
     (which takes whole batches) as index tensors, chunked as fastai's `DataLoader` chunks them (`drop_last` per rank).
     Its epoch order is `get_idxs` as a Python list, broadcast from rank 0."""
-    import torch, torch.distributed as dist
-    from fastcore.basics import chunked
+    import torch
+    import torch.distributed as dist
     from fastai.distributed import DistributedDL
+    from fastcore.basics import chunked
     class FastaiDDL(DistributedDL):
         def _broadcast(self, t, rank):
             t = torch.LongTensor(t)
@@ -56,11 +64,13 @@ def _fastai_ddl():
 def _worker(args, out):
     """One rank: each contender's warm-up epochs in turn (its peak RSS), then the timed epochs in rounds, one epoch of
     each contender a round, so that the shared machine's drift touches them alike."""
-    import torch, torch.distributed as dist
+    import torch
+    import torch.distributed as dist
     from fastai.distributed import DistributedDL
     from fastai.torch_core import rank_distrib
-    from ..loader import BatchDataLoader
+
     from ..distributed import DistributedBatchDL
+    from ..loader import BatchDataLoader
     from .machine import RSSMeter
     a = json.loads(args)
     torch.set_num_threads(a['threads'])

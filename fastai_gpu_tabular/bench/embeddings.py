@@ -15,6 +15,7 @@ def embedding_suite(n_table=1_000_000, dim=32, n_small=8, bs=32768, steps=40, de
     Ids are power-law distributed, as a user table sees them: hot rows recur, most of the tail is never touched."""
     import torch
     from fastai.optimizer import Adam
+
     from ..model import TabularModelGPU
     from ..optimizer import sparse_opt
     g = torch.Generator().manual_seed(seed)

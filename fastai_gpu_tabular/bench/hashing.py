@@ -12,7 +12,8 @@ __all__ = ['hashing_suite', 'add_args', 'run', 'format_table']
 
 def _column(kind, n, distinct, rng):
     "Power-law ids (a few hot, a long tail), as int64 or as strings 'u<id>'."
-    import numpy as np, pandas as pd
+    import numpy as np
+    import pandas as pd
     ids = (rng.zipf(1.3, n) % distinct).astype(np.int64)
     return pd.Series(ids) if kind == 'int' else pd.Series(np.char.add('u', ids.astype(str)).astype(object))
 
@@ -20,7 +21,9 @@ def hashing_suite(rows=(1_000_000, 10_000_000), distinct_frac=0.1, num_buckets=1
                   seed=0) -> dict:
     """ms per column of `rows` rows (`distinct_frac` of them distinct at most) for each kind: our buckets
     (`hash_column(col) % num_buckets`), `pd.factorize(col)` and `pd.util.hash_pandas_object(col) % num_buckets`."""
-    import numpy as np, pandas as pd
+    import numpy as np
+    import pandas as pd
+
     from ..hashing import hash_column
     rng = np.random.default_rng(seed)
     ways = {'murmur3_distinct': lambda c: hash_column(c)[0] % np.uint32(num_buckets),

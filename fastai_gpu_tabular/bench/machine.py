@@ -1,7 +1,12 @@
 "The machine a bench ran on (CPU, GPU, versions, checkout), its memory (RSS, device), and device syncs."
 from __future__ import annotations
 
-import os, platform, re, subprocess, sys, threading
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -82,7 +87,8 @@ class RSSMeter:
     def now(self) -> float:
         "Current RSS in MB."
         if self.method == 'VmHWM': return _status_mb('VmRSS')
-        try: import psutil
+        try:
+            import psutil
         except ImportError: return self.peak()
         return psutil.Process().memory_info().rss / MB
 
@@ -108,7 +114,7 @@ class GPUMeter:
         if not self.on: return
         if rmm_stats:
             try:
-                import rmm.statistics   # must wrap the memory resource before cuDF allocates
+                import rmm.statistics  # must wrap the memory resource before cuDF allocates
                 rmm.statistics.enable_statistics()
                 self.rmm = rmm.statistics
             except Exception: self.rmm = None   # an older RMM, or none: the device-wide poller still counts cuDF

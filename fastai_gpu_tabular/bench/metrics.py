@@ -40,7 +40,8 @@ def metric_suite(rows=(1_000_000, 10_000_000), bs=65536, repeat=2, device='cpu',
     `NDCG(10)` (kept on the device, computed once)."""
     import torch
     from fastai.metrics import RocAucBinary
-    from ..metrics import AUC, LogLoss, MRR, NDCG
+
+    from ..metrics import AUC, MRR, NDCG, LogLoss
     res = {}
     for n in rows:
         g = torch.Generator().manual_seed(seed)

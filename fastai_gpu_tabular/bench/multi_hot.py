@@ -16,7 +16,10 @@ def _list_lengths(kind, n, rng):
 def multi_hot_suite(n=400_000, bs=32768, vocab=1000, dim=16, reps=3, device='cpu', seed=0) -> dict:
     """A multi-hot column as a padded block (this package's layout) or as values+offsets: per-batch gather ms, embedding
     bag forward+backward ms (padded: the model's `bag_lookup`; ragged: `embedding_bag` with offsets), and memory."""
-    import numpy as np, torch, torch.nn.functional as F
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
     from ..backend import pad_bags
     from ..model import bag_lookup
     res = {}

@@ -2,7 +2,8 @@
 and its bytes on disk against the packed rows."""
 from __future__ import annotations
 
-import tempfile, time
+import tempfile
+import time
 from pathlib import Path
 
 from .report import fmt, ratio, table
@@ -27,6 +28,7 @@ def saved_suite(n=1_000_000, seed=0, repeat=1, path=None) -> dict:
     from fastai.data.block import CategoryBlock
     from fastai.data.transforms import Normalize, RandomSplitter
     from fastai.tabular.core import FillMissing
+
     from ..core import TabularGPU
     from ..datasets import criteo_names, make_criteo
     from ..procs import Categorify

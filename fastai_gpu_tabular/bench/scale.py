@@ -2,7 +2,11 @@
 the same parquet parts, the stream against the resident loader, and the stream's shuffle quality."""
 from __future__ import annotations
 
-import json, os, sys, tempfile, time
+import json
+import os
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 from .cli import int_list, name_list
@@ -46,8 +50,9 @@ def etl_worker(name, data, out, opts):
     warnings.filterwarnings('ignore')
     import torch
     from fastai.data.block import CategoryBlock
-    from fastai.tabular.core import Categorify, FillMissing, Normalize, TabularPandas
     from fastai.data.transforms import ColSplitter
+    from fastai.tabular.core import Categorify, FillMissing, Normalize, TabularPandas
+
     from ..core import TabularGPU
     from ..datasets import criteo_names
     if opts.get('threads'): torch.set_num_threads(opts['threads'])
@@ -59,7 +64,8 @@ def etl_worker(name, data, out, opts):
     rss.reset()
     t0 = time.perf_counter()
     if name == 'dask':
-        import dask, dask.dataframe as dd
+        import dask
+        import dask.dataframe as dd
         sched = opts['dask_scheduler']
         client = None
         if ':' in sched:
@@ -158,6 +164,7 @@ def _sorted_copy(chunks, path):
 def _positions_store(chunks, path):
     "A store of the same file sizes whose row k holds k: what each loader does to row order, without the data."
     import torch
+
     from ..pack import Layout
     rows = lambda s, e: torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)
     return _store_like(chunks, path, rows, *Layout.plan(1, 1))
@@ -172,13 +179,13 @@ def _store_like(chunks, path, rows, layout, width):
 
 def _train_auc(train_dl, valid, n_cont, cards, opts, device) -> dict:
     "One epoch of a fixed TabularModel on `train_dl`, then the validation AUC."
+    import fastai.callback.schedule  # noqa: F401  (fit_one_cycle)
     from fastai.data.core import DataLoaders
     from fastai.learner import Learner
     from fastai.losses import CrossEntropyLossFlat
     from fastai.optimizer import Adam
     from fastai.tabular.model import TabularModel
     from fastai.torch_core import set_seed
-    import fastai.callback.schedule  # noqa: F401  (fit_one_cycle)
     from sklearn.metrics import roc_auc_score
     set_seed(opts.seed)
     model = TabularModel([(c, min(opts.emb_sz, c)) for c in cards], n_cont, 2, layers=list(opts.layers))
@@ -220,6 +227,7 @@ def scale_suite(opts) -> dict:
     and the stream's shuffle quality on a label-sorted copy of the training rows: how far rows move, how mixed batches
     are, and the validation AUC after one epoch, with the window shuffle, a full permutation and none."""
     import torch
+
     from ..datasets import criteo_parts
     from ..stream import PackedChunks
     device = torch.device(opts.device)

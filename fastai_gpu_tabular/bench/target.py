@@ -17,6 +17,7 @@ def target_suite(rows:int=1_000_000, names=('C4', 'C10', 'C16', 'C22'), smooth='
     import numpy as np
     from sklearn.model_selection import StratifiedKFold
     from sklearn.preprocessing import TargetEncoder
+
     from ..core import TabularGPU
     from ..datasets import make_criteo
     from ..target import TargetEncode

@@ -4,7 +4,8 @@ ones (procs.py) on each partition, lazily, so the codes, fills and normalised va
 from __future__ import annotations
 
 import weakref
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 from fastai.data.block import TransformBlock
 from fastai.data.transforms import Categorize, CategoryMap, Normalize
 from fastai.tabular import core as fatc
@@ -14,8 +15,17 @@ from ..backend import explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
 from ..checks import check_fill_value, check_labels, check_unfilled_nan
 from ..core import TabularGPU
 from ..hashing import HashBucket, HashedCross, bucket_labels, is_bucket_dtype
-from ..procs import (Categorify, bag_width, categorify_codes, category_map, keep_frequent, learn_bucket_counts,
-                     register_proc, vocab_values, buckets_of)
+from ..procs import (
+    Categorify,
+    bag_width,
+    buckets_of,
+    categorify_codes,
+    category_map,
+    keep_frequent,
+    learn_bucket_counts,
+    register_proc,
+    vocab_values,
+)
 from .stats import compute, delayed, exact_median, exact_mode, exact_moments, mean_dtype
 
 __all__ = ['register_dask_procs']

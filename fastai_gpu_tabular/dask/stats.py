@@ -2,7 +2,8 @@
 in memory: numpy's summation order for means and stds, an exact two-pass median, and value counts in pandas' order."""
 from __future__ import annotations
 
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 
 from ..backend import is_cudf, to_host
 

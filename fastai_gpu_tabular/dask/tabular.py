@@ -4,23 +4,47 @@ processing then writes each partition's packed rows to `.npy` chunks, and `datal
 fit."""
 from __future__ import annotations
 
-import dataclasses, shutil, tempfile, weakref
+import dataclasses
+import shutil
+import tempfile
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
-import numpy as np, pandas as pd, torch
-from fastcore.foundation import L
+import numpy as np
+import pandas as pd
+import torch
 from fastai.data.block import TransformBlock
 from fastai.data.transforms import Categorize, EncodedMultiCategorize, Normalize, RegressionSetup
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastai.torch_core import default_device, display_df
+from fastcore.foundation import L
 from fasttransform import Pipeline
 
-from ..backend import (col_to_tensor, is_cudf, is_dask, is_numeric_dtype, sorted_uniques, split_lists, to_backend,
-                       to_pandas)
-from ..checks import (add_y_procs, check_columns, check_inf, check_na_names, check_names, check_rows, check_targets,
-                      check_unfilled_nan, default_y_block, multi_hot_columns, nan_as_null)
+from ..backend import (
+    col_to_tensor,
+    is_cudf,
+    is_dask,
+    is_numeric_dtype,
+    sorted_uniques,
+    split_lists,
+    to_backend,
+    to_pandas,
+)
+from ..checks import (
+    add_y_procs,
+    check_columns,
+    check_inf,
+    check_na_names,
+    check_names,
+    check_rows,
+    check_targets,
+    check_unfilled_nan,
+    default_y_block,
+    multi_hot_columns,
+    nan_as_null,
+)
 from ..core import TabularGPU
 from ..data import BatchDataLoaders
 from ..hashing import HashBucket, HashedCross
@@ -29,8 +53,8 @@ from ..pack import Layout, pack_rows
 from ..progress import dask_progress
 from ..stream import PackedChunks, StreamDataLoader, byte_count, free_memory
 from .procs import register_dask_procs
-from .target import TargetEncode, check_dask_target, register_dask_target
 from .stats import compute, delayed
+from .target import TargetEncode, check_dask_target, register_dask_target
 
 __all__ = ['TabularDask', 'DaskScan', 'valid_mask']
 
@@ -250,7 +274,7 @@ class TabularDask(TabularGPU):
     # --- packing into chunks ----------------------------------------------------------------------------------------
     def _write(self):
         "Pack each processed partition and write its rows: `chunk_dir`/train and /valid, a file a partition."
-        import dask   # an optional dependency: imported when used
+        import dask  # an optional dependency: imported when used
         for sub in ('train', 'valid'):
             d = self.chunk_dir/sub
             if d.exists(): shutil.rmtree(d)

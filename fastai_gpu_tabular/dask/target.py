@@ -5,7 +5,8 @@ Out-of-fold values need each training row's fold from scikit-learn's splitters o
 `TargetEncode(folds=0)` is required (and said before any pass over the rows)."""
 from __future__ import annotations
 
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 from fastcore.foundation import L
 
 from ..backend import encode_codes, sorted_uniques, to_host, to_pandas

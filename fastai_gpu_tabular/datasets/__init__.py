@@ -1,9 +1,11 @@
 "Loaders for the real example datasets: shipped ones (flights, Adult) and ones read from installed registry packages."
 from __future__ import annotations
 
-import importlib.util, json
+import importlib.util
+import json
 from pathlib import Path
-import numpy as np, pandas as pd
+import numpy as np
+import pandas as pd
 
 from ..backend import Frame, is_str_dtype, to_backend
 

@@ -1,6 +1,8 @@
 """Hashed buckets and crosses on a Dask frame: the learned state and the packed rows of the in-memory `TabularGPU` on
 the same MovieLens rows (HashBucket, exact and hashed HashedCross, Categorify(min_freq, num_buckets)); a test frame."""
-import numpy as np, pytest, torch
+import numpy as np
+import pytest
+import torch
 
 dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
 import dask.dataframe as dd

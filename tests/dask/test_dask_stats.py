@@ -1,11 +1,13 @@
 """The exact statistics over partitions against numpy and pandas on the same values in memory, bit for bit."""
-import numpy as np, pandas as pd, pytest
+import numpy as np
+import pandas as pd
+import pytest
 
 dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
 import dask.dataframe as dd
 import fastai_gpu_tabular.dask.stats as S
 from fastai_gpu_tabular.dask.stats import SumPlan, exact_median, exact_mode, exact_moments, pairwise_sum
-from fastai_gpu_tabular.procs import quantile_from_counts   # the bag width's percentile: in-memory and Dask
+from fastai_gpu_tabular.procs import quantile_from_counts  # the bag width's percentile: in-memory and Dask
 
 @pytest.fixture(autouse=True)
 def _sync():

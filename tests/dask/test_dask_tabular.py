@@ -1,11 +1,24 @@
 """`TabularGPU` over a Dask frame against fastai's `TabularPandas` (and our in-memory `TabularGPU`) on the same rows:
 the learned state bit for bit, the packed rows, test_dl/predict/export, and the errors."""
-import numpy as np, pandas as pd, pytest, torch
+import numpy as np
+import pandas as pd
+import pytest
+import torch
 
 dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
 import dask.dataframe as dd
-from fastai.tabular.all import (Categorify as FastaiCategorify, CategoryBlock, ColSplitter, FillMissing, FillStrategy,
-                                Normalize, RandomSplitter, TabularPandas, tabular_learner, load_learner)
+from fastai.tabular.all import Categorify as FastaiCategorify
+from fastai.tabular.all import (
+    CategoryBlock,
+    ColSplitter,
+    FillMissing,
+    FillStrategy,
+    Normalize,
+    RandomSplitter,
+    TabularPandas,
+    load_learner,
+    tabular_learner,
+)
 from fastai_gpu_tabular.all import BatchDataLoaders, Categorify, TabularDask, TabularGPU
 
 @pytest.fixture(autouse=True)

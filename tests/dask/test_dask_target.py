@@ -1,12 +1,15 @@
 """`TargetEncode(folds=0)` over a Dask frame against the in-memory `TabularGPU` on the same rows (and so scikit-learn's
 `TargetEncoder.fit(...).transform`): each category's sums carried across partitions in row order give the same
 encodings bit for bit; Normalize after it, the packed rows, and the errors."""
-import numpy as np, pandas as pd, pytest, torch
+import numpy as np
+import pandas as pd
+import pytest
+import torch
 
 dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
 import dask.dataframe as dd
-from sklearn.preprocessing import TargetEncoder
 from fastai.tabular.all import Categorify, ColSplitter, Normalize
+from sklearn.preprocessing import TargetEncoder
 from fastai_gpu_tabular.all import TabularDask, TabularGPU, TargetEncode
 from fastai_gpu_tabular.datasets import load_adult, load_movielens
 
