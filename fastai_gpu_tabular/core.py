@@ -265,6 +265,15 @@ class TabularGPU(Tabular):
         self.released,self._items = ReleasedFrame.of(df),None
         return True
 
+    def adopt_packed(self, rows:torch.Tensor, layout:Layout, released:ReleasedFrame|None=None):
+        """Take `(rows, layout)` packed elsewhere (a saved Tabular's, read from disk) as this object's, cached on the
+        host and the frame's device, so nothing is packed again; with `released`, the frame is dropped as
+        `release_frame` drops it."""
+        dev = frame_device(self._items) if released is None else released.device
+        self._packed = {torch.device('cpu'): (rows, layout)}
+        if dev.type != 'cpu': self._packed[dev] = (rows.to(dev), layout)
+        if released is not None: self.released,self._items = released,None
+
     def _unpack_frame(self):
         "The released frame, rebuilt from the packed rows on the frame's device: a copy, with its dtypes and index."
         rows,layout = self.packed_rows(self.released.device)

@@ -516,10 +516,8 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
              multi_hot=meta['multi_hot'])
     to.split = n_train
     # the packed rows as read: nothing is packed again
-    dev = frame_device(df)
-    to._packed[torch.device('cpu')] = (rows, layout)
-    if dev.type != 'cpu': to._packed[dev] = (rows.to(dev), layout)
-    if lazy and packs_whole(to):
-        to.released, to._items = ReleasedFrame(list(df.columns), dict(df.dtypes), index, dev), None
-    elif lazy: to.items = _frame(rows, layout, meta, procs, index)
+    released = lazy and packs_whole(to)
+    to.adopt_packed(rows, layout, ReleasedFrame(list(df.columns), dict(df.dtypes), index, frame_device(df))
+                                  if released else None)
+    if lazy and not released: to.items = _frame(rows, layout, meta, procs, index)
     return to
