@@ -10,7 +10,7 @@ from fastai.tabular.core import TabularProc
 from .backend import encode_codes, is_cudf, require_cudf, sorted_uniques, to_host
 
 __all__ = ['TargetEncode', 'target_encodings', 'fold_ids', 'category_sums', 'category_means', 'm_smoothed',
-           'auto_smoothed', 'one_hot']
+           'auto_smoothed', 'class_indicators']
 
 _TYPES = ('auto', 'continuous', 'binary', 'multiclass')
 
@@ -176,7 +176,7 @@ class TargetEncode(TabularProc):
             codes = _values(encode_codes(ycol, self.target_classes, add=0)).astype('int64')
         kind = self.target_type_ = self.kind_of(ycol.name)
         # scikit-learn's labels: 0/1 (LabelEncoder), an int64 column per class (LabelBinarizer)
-        if kind != 'continuous': y = codes if kind == 'binary' else one_hot(codes, len(self.target_classes))
+        if kind != 'continuous': y = codes if kind == 'binary' else class_indicators(codes, len(self.target_classes))
         self.target_mean = _target_mean(y)
         folds = None
         if self._fitting is not None and self.folds:
@@ -240,7 +240,7 @@ def _column(a, i):
     "Column `i` of a 2-d array, contiguous (cuDF takes no strided CuPy array)."
     return _xp(a).ascontiguousarray(a[:, i])
 
-def one_hot(codes, n:int):
+def class_indicators(codes, n:int):
     "An int64 column per class (scikit-learn's `LabelBinarizer` of more than two classes), on the codes' device."
     return (codes[:, None] == _xp(codes).arange(n)).astype('int64')
 

@@ -91,6 +91,8 @@ def _train_callback():
 
 def _train(res, dls, to, opts, device):
     "One epoch of the same fixed `TabularModel` for every contender; rows/s of the training pass, validation AUC."
+    import fastai.callback.progress  # patches Learner.no_bar
+    import fastai.callback.schedule  # noqa: F401  (patches Learner.fit_one_cycle)
     import numpy as np
     from fastai.optimizer import Adam, Lamb
     from fastai.tabular.learner import tabular_learner

@@ -11,7 +11,7 @@ from fastcore.foundation import L
 
 from ..backend import encode_codes, sorted_uniques, to_host, to_pandas
 from ..procs import register_proc
-from ..target import TargetEncode, auto_smoothed, category_means, category_sums, m_smoothed, one_hot
+from ..target import TargetEncode, auto_smoothed, category_means, category_sums, class_indicators, m_smoothed
 from .stats import compute, delayed, exact_moments
 
 __all__ = ['check_dask_target', 'register_dask_target']
@@ -33,7 +33,8 @@ def _targets(part, y:str, kind:str, classes):
     if kind == 'continuous': return pd.DataFrame({'y': to_host(col).to_numpy('f8')}, index=col.index)
     codes = to_host(encode_codes(col, classes, add=0)).to_numpy().astype('int64')
     if kind == 'binary': return pd.DataFrame({'y': codes}, index=col.index)
-    return pd.DataFrame(one_hot(codes, len(classes)), columns=[f'y{i}' for i in range(len(classes))], index=col.index)
+    return pd.DataFrame(class_indicators(codes, len(classes)), columns=[f'y{i}' for i in range(len(classes))],
+                        index=col.index)
 
 def _codes(part, n:str, vocab:list, nan:bool):
     "Column `n`'s category codes against `vocab` (the training rows' values), missing values last (`nan`)."
