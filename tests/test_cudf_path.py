@@ -1,4 +1,4 @@
-"""The cuDF path (issue 12): each fix of the source review against what pandas or fastai give on the same data, the
+"""The cuDF path: each fix of the source review against what pandas or fastai give on the same data, the
 no-sync hot path, and the processed frame released once packed. `backend` tests run on pandas here and on cuDF too
 where CUDA and cuDF are; `gpu` tests need both; the rest check, on pandas, the logic the cuDF path shares."""
 import pickle

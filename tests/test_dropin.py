@@ -145,7 +145,7 @@ def test_test_dl_row_workclass(df, backend):
     assert tdl_o.dataset.iloc[0]['occupation'] == tdl_r.dataset.iloc[0]['occupation'] == 0   # '' is unseen: #na#
     np.testing.assert_allclose(tdl_o.one_batch()[1].cpu().numpy(), tdl_r.one_batch()[1].numpy(), rtol=1e-6)
 
-# --- 3. issue 16: +-inf in a continuous column, and what is not a frame ----------------------------------------------
+# --- 3. +-inf in a continuous column, and what is not a frame -------------------------------------------------------
 def test_inf_in_cont_fails_early(df, backend, monkeypatch):
     bad = df.assign(fnlwgt=df.fnlwgt.astype(float))
     bad.loc[[3, 50, 77], 'fnlwgt'] = [np.inf, -np.inf, np.inf]

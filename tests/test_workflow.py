@@ -51,7 +51,7 @@ def _tabular(cls, flights, seed=0):
 
 @pytest.fixture(scope='module')
 def trained(flights, tmp_path_factory):
-    "The issue's snippet, on pandas (module-scoped: training once keeps the file fast)."
+    "The workflow snippet, on pandas (module-scoped: training once keeps the file fast)."
     set_seed(0)
     to = _tabular(TabularGPU, flights)
     dls = to.dataloaders(bs=1024)
