@@ -149,7 +149,7 @@ def _encode_oof_part(part, proc, oof:dict):
     for n,(folds,tables) in oof.items():
         e = proc.encodings[n]
         nan = bool(len(e)) and bool(pd.isna(e.index[-1]))
-        vals = tables[folds[row[tr]], _codes(part[tr], n, list(e.index[:len(e) - nan]), nan)]
+        vals = tables[folds[row[tr]], _codes(part, n, list(e.index[:len(e) - nan]), nan)[tr]]
         for i,c in enumerate(proc.out_names(n)):
             v = to_host(res[c]).to_numpy('f8', copy=True)
             v[tr] = vals[:, i]
@@ -165,9 +165,9 @@ def _target_encodes(self, to):
     src = to.items[cols]
     meta = self.encoded(src._meta)
     if to is self._fitting and self._oof:
-        split, on = getattr(to, 'split_col', None), getattr(to, 'split_on', None)
-        items = to.items
-        train = ~valid_mask(items[split], on) if split is not None else items[cols[0]].isna() | True
+        items, split = to.items, to.split_col
+        # the training rows: those the split does not validate (all of them with no split)
+        train = ~valid_mask(items[split], to.split_on) if split is not None else items[cols[0]].isna() | True
         # each training row's position among them (a lazy cumulative sum), its fold's index; -1 for the others
         row = (train.astype('int64').cumsum() - 1).where(train, -1)
         # the folds and tables now, not `self._oof`, which `setup` clears before the graph runs
