@@ -135,6 +135,13 @@ def test_out_of_fold_with_no_split_and_later_frames(adult):
     np.testing.assert_array_equal(later.items[made].compute().to_numpy('f8'), full)
     assert not np.array_equal(full, oof)
 
+def test_out_of_fold_nan_target_fails_first(adult):
+    "A missing target: a ValueError naming the column from the first pass over the rows, before any set-up."
+    df = adult.assign(age=adult['age'].astype('f8').where(adult.index != 4321))
+    with pytest.raises(ValueError, match="target column 'age' contains NaN"):
+        TabularGPU(_uneven(df, 3, 0), procs=[TargetEncode(['education'], folds=5), Categorify],
+                   cat_names=['education'], y_names='age', splits='is_valid', progress=False)
+
 def test_set_up_in_memory_encodes_a_dask_frame():
     "Out-of-fold set-up in memory, then `new` of a Dask frame: the full statistic, as `new` of the same rows in memory."
     df = load_adult()
