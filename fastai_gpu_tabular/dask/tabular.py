@@ -53,18 +53,14 @@ from ..pack import Layout, pack_rows
 from ..progress import dask_progress
 from ..stream import PackedChunks, StreamDataLoader, byte_count, free_memory
 from .procs import register_dask_procs
+from .split import valid_mask
 from .stats import compute, delayed
-from .target import TargetEncode, check_dask_target, register_dask_target
+from .target import TargetEncode, register_dask_target
 
 __all__ = ['TabularDask', 'DaskScan', 'valid_mask']
 
 _PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize, HashBucket,
           HashedCross, TargetEncode)
-
-def valid_mask(col, on=None):
-    "fastai's `ColSplitter` rule on a column (pandas, cuDF or Dask): truthy values (or those equal to/in `on`) validate"
-    if on is None: return col.astype(bool)
-    return col.isin(list(on)) if isinstance(on, (list, tuple, set, L)) else col == on
 
 def _split_spec(splits, columns) -> tuple:
     "`(column, on)` of a split given as a column name or fastai's `ColSplitter(col, on)`; `(None, None)` for no split."
@@ -133,8 +129,7 @@ class TabularDask(TabularGPU):
         bad = [getattr(p, '__name__', type(p).__name__) for p in (procs.fs if isinstance(procs, Pipeline) else L(procs))
                if not issubclass(p if isinstance(p, type) else type(p), _PROCS)]
         if bad: raise TypeError(f"proc(s) {bad} have no Dask implementation: TabularDask runs Categorify, FillMissing, "
-                                "Normalize, HashBucket, HashedCross, TargetEncode(folds=0) and the target procs")
-        if do_setup: check_dask_target(procs)   # set up in memory, out-of-fold is done: `new` encodes a Dask frame
+                                "Normalize, HashBucket, HashedCross, TargetEncode and the target procs")
         meta = df._meta
         for n in [n for n in cont_names if n in meta.columns]:   # a proc's columns (`made_columns`) come later
             dt = meta[n].dtype

@@ -1,31 +1,31 @@
 """`TargetEncode` on a Dask-backed Tabular: the statistic of all training rows learned over the partitions, bit for bit
 the in-memory one (each category's sums carried from partition to partition in row order, so added as `bincount` adds
 them in memory; the target's mean and variance NumPy's, dask/stats.py), then encoded a partition at a time, lazily.
-Out-of-fold values need each training row's fold from scikit-learn's splitters over all of them: not on Dask, where
-`TargetEncode(folds=0)` is required (and said before any pass over the rows)."""
+Out-of-fold (`folds`): the training rows' target comes to the host (one number a row) for scikit-learn's splitters and
+each fold's mean and variance; each fold's sums are carried over the partitions in the same passes."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from fastcore.foundation import L
 
 from ..backend import encode_codes, sorted_uniques, to_host, to_pandas
 from ..procs import register_proc
-from ..target import TargetEncode, auto_smoothed, category_means, category_sums, class_indicators, m_smoothed
+from ..target import (
+    TargetEncode,
+    auto_smoothed,
+    category_means,
+    category_sums,
+    class_indicators,
+    fold_ids,
+    m_smoothed,
+)
+from .split import valid_mask
 from .stats import compute, delayed, exact_moments
 
-__all__ = ['check_dask_target', 'register_dask_target']
+__all__ = ['register_dask_target']
 
-def check_dask_target(procs) -> None:
-    "Before any pass over a Dask frame: out-of-fold TargetEncode is in-memory only; say what to do instead."
-    for p in getattr(procs, 'fs', L(procs)):
-        if isinstance(p, type) and issubclass(p, TargetEncode): p = p()   # a class: its defaults say
-        if isinstance(p, TargetEncode) and p.folds:
-            raise NotImplementedError(
-                f"TargetEncode(folds={p.folds}) on a Dask frame: out-of-fold encodings of the training rows are "
-                "computed in memory only (a TabularGPU of a pandas or cuDF frame). On Dask pass TargetEncode(folds=0): "
-                "every row, training rows included, then gets the statistic of all training rows, which has seen "
-                "their own target")
+_ALL = -1   # the fold key of the statistic of all training rows
+_ROW = '__target_encode_row__'   # each training row's position among them, a column while encoding
 
 def _targets(part, y:str, kind:str, classes):
     "The target as scikit-learn encodes it: float64 'y', int64 codes 'y', or an int64 column 'y<i>' per class."
@@ -36,36 +36,53 @@ def _targets(part, y:str, kind:str, classes):
     return pd.DataFrame(class_indicators(codes, len(classes)), columns=[f'y{i}' for i in range(len(classes))],
                         index=col.index)
 
+def _host_target(part, y:str, kind:str, classes):
+    "A partition's target on the host, one number a row: float64 values, or int64 class codes."
+    col = part[y]
+    if kind == 'continuous': return to_host(col).to_numpy('f8')
+    return to_host(encode_codes(col, classes, add=0)).to_numpy().astype('int64')
+
+def _host_moments(y, kind:str, n_classes:int, rows=None) -> tuple:
+    """`({column: mean}, {column: variance})` of the target `y` (host values or class codes) over `rows` (a mask;
+    all if None): NumPy's mean and variance of the values or of each class's 0/1 column, as in memory."""
+    y = y if rows is None else y[rows]
+    if kind != 'multiclass': return {'y': float(np.mean(y))}, {'y': float(np.var(y))}
+    ind = {f'y{i}': (y == i).astype('int64') for i in range(n_classes)}
+    return {t: float(np.mean(v)) for t,v in ind.items()}, {t: float(np.var(v)) for t,v in ind.items()}
+
 def _codes(part, n:str, vocab:list, nan:bool):
     "Column `n`'s category codes against `vocab` (the training rows' values), missing values last (`nan`)."
     c = to_host(encode_codes(part[n], vocab, add=0)).to_numpy().astype('int64')
     return np.where(c < 0, len(vocab), c) if nan else c
 
-def _sums_step(state:dict, part, y:str, kind:str, classes, vocabs:dict, what:str, means:dict|None=None) -> dict:
-    """One partition's rows added, in row order, onto `state` ({(name, target column): running sums}): the targets
-    ('sums'), ones ('counts', for m-smoothing), or squared deviations from the category means ('ssd')."""
+def _sums_step(state:dict, part, folds, y:str, kind:str, classes, vocabs:dict, what:str, means:dict|None=None) -> dict:
+    """One partition's rows added, in row order, onto `state` ({(fold, name, target column): running sums}): the
+    targets ('sums'), ones ('counts', for m-smoothing), or squared deviations from the category means ('ssd'). Fold
+    `_ALL` takes every row; fold f the rows of the other folds (`folds`: this partition's rows' folds)."""
     ys = _targets(part, y, kind, classes)
+    rows = {f: None if f == _ALL else folds != f for f in dict.fromkeys(f for f,_,_ in state)}
     res = {}
     for n,(vocab,nan) in vocabs.items():
         codes, k = _codes(part, n, vocab, nan), len(vocab) + nan
         for t in ys.columns:
             w = ys[t].to_numpy()
             if what == 'counts': w = np.ones(len(w))
-            elif what == 'ssd':
-                d = w.astype('f8') - means[(n, t)][codes]
-                w = d * d
-            res[(n, t)] = category_sums(codes, w, k, state[(n, t)])
+            for f,r in rows.items():
+                c, v = (codes, w) if r is None else (codes[r], w[r])
+                if what == 'ssd':
+                    d = v.astype('f8') - means[(f, n, t)][c]
+                    v = d * d
+                res[(f, n, t)] = category_sums(c, v, k, state[(f, n, t)])
     return res
 
-def _chain(parts, start:dict, *args) -> dict:
+def _chain(parts, folds:list, start:dict, *args) -> dict:
     "`_sums_step` over the partitions in order, each onto the sums of those before: a pass, partition after partition."
     state = start
-    for p in parts: state = delayed(_sums_step)(state, p, *args)
+    for p,f in zip(parts, folds): state = delayed(_sums_step)(state, p, f, *args)
     return compute(state)[0]
 
 def _target_setups(self, to):
     names, y = self.check_names(to)
-    check_dask_target([self])
     dtype = to.items[y].dtype
     cls = self.has_classes(y, dtype)
     lazy = {('vals', n): to.cols([n])[n].dropna().unique() for n in names}
@@ -75,41 +92,88 @@ def _target_setups(self, to):
     self.target_classes = sorted_uniques(pd.Series(got['classes'], name=y)) if cls else None
     kind = self.target_type_ = self.kind_of(y)
     vocabs = {n: (sorted_uniques(pd.Series(got[('vals', n)], name=n)), bool(got[('nan', n)])) for n in names}
-    # the target's mean and variance (scikit-learn's np.mean, np.var), pairwise as NumPy adds them
-    tcols = ['y'] if kind != 'multiclass' else [f'y{i}' for i in range(len(self.target_classes))]
+    n_classes = len(self.target_classes) if cls else 0
+    tcols = ['y'] if kind != 'multiclass' else [f'y{i}' for i in range(n_classes)]
     src = to.cols(list(dict.fromkeys(names + [y])))
-    ys = src.map_partitions(_targets, y, kind, self.target_classes,
-                            meta=_targets(src._meta, y, kind, self.target_classes))
-    means, var = exact_moments(ys.to_delayed(), tcols, {t: ys[t].dtype for t in tcols}, squared=True)
-    means, var = {t: float(means[t]) for t in tcols}, {t: float(var[t]) for t in tcols}
-    self.target_mean = means['y'] if kind != 'multiclass' else np.array([means[t] for t in tcols])
     parts, args = src.to_delayed(), (y, kind, self.target_classes, vocabs)
-    keys = [(n, t) for n in names for t in tcols]
+    if self._fitting is not None and self.folds:
+        # each training row's fold from scikit-learn's splitters over all of them: the target on the host, in the
+        # partitions these passes read (their lengths place each row)
+        yh = compute(*[delayed(_host_target)(p, *args[:3]) for p in parts])
+        folds = fold_ids(np.concatenate(yh), self.folds, self.seed, kind != 'continuous')
+        fold_parts = np.split(folds, np.cumsum([len(v) for v in yh])[:-1])
+        yh = np.concatenate(yh)
+        # the target's mean and variance over all rows and over each fold's other rows: NumPy's, as in memory
+        moments = {f: _host_moments(yh, kind, n_classes, None if f == _ALL else folds != f)
+                   for f in [_ALL, *range(self.folds)]}
+    else:
+        # the target's mean and variance (scikit-learn's np.mean, np.var), pairwise as NumPy adds them
+        ys = src.map_partitions(_targets, y, kind, self.target_classes,
+                                meta=_targets(src._meta, y, kind, self.target_classes))
+        means, var = exact_moments(ys.to_delayed(), tcols, {t: ys[t].dtype for t in tcols}, squared=True)
+        moments = {_ALL: ({t: float(means[t]) for t in tcols}, {t: float(var[t]) for t in tcols})}
+        folds, fold_parts = None, [None] * len(parts)
+    means = {t: moments[_ALL][0][t] for t in tcols}
+    self.target_mean = means['y'] if kind != 'multiclass' else np.array([means[t] for t in tcols])
+    keys = [(f, n, t) for f in moments for n in names for t in tcols]
     k = {n: len(v) + nan for n,(v,nan) in vocabs.items()}
+    mean, var = (lambda f, t: moments[f][0][t]), (lambda f, t: moments[f][1][t])
     if self.smooth == 'auto':
-        sums = _chain(parts, {(n, t): np.zeros(k[n]) for n,t in keys}, *args, 'sums')
-        counts = _chain(parts, {(n, t): np.zeros(k[n]) for n,t in keys}, *args, 'counts')
+        sums = _chain(parts, fold_parts, {(f, n, t): np.zeros(k[n]) for f,n,t in keys}, *args, 'sums')
+        counts = _chain(parts, fold_parts, {(f, n, t): np.zeros(k[n]) for f,n,t in keys}, *args, 'counts')
         cat_means = {key: category_means(sums[key], counts[key]) for key in keys}
-        ssd = _chain(parts, {(n, t): np.zeros(k[n]) for n,t in keys}, *args, 'ssd', cat_means)
-        enc = {(n, t): auto_smoothed(cat_means[(n, t)], counts[(n, t)], ssd[(n, t)], var[t], means[t])
-               for n,t in keys}
+        ssd = _chain(parts, fold_parts, {(f, n, t): np.zeros(k[n]) for f,n,t in keys}, *args, 'ssd', cat_means)
+        enc = {(f, n, t): auto_smoothed(cat_means[(f, n, t)], counts[(f, n, t)], ssd[(f, n, t)], var(f, t),
+                                        mean(f, t)) for f,n,t in keys}
     else:   # started at m * mean and m, as in memory
         m = float(self.smooth)
-        sums = _chain(parts, {(n, t): np.full(k[n], m * means[t]) for n,t in keys}, *args, 'sums')
-        counts = _chain(parts, {(n, t): np.full(k[n], m) for n,t in keys}, *args, 'counts')
-        enc = {(n, t): m_smoothed(sums[(n, t)], counts[(n, t)], means[t]) for n,t in keys}
+        sums = _chain(parts, fold_parts, {(f, n, t): np.full(k[n], m * mean(f, t)) for f,n,t in keys}, *args, 'sums')
+        counts = _chain(parts, fold_parts, {(f, n, t): np.full(k[n], m) for f,n,t in keys}, *args, 'counts')
+        enc = {(f, n, t): m_smoothed(sums[(f, n, t)], counts[(f, n, t)], mean(f, t)) for f,n,t in keys}
+    table = lambda f, n: np.stack([enc[(f, n, t)] for t in tcols], 1)
     self.encodings, self._oof = {}, {}
-    for n,(vocab,nan) in vocabs.items(): self.set_encodings(n, vocab, nan, np.stack([enc[(n, t)] for t in tcols], 1))
+    for n,(vocab,nan) in vocabs.items():
+        self.set_encodings(n, vocab, nan, table(_ALL, n))
+        # the training rows' folds, and each fold's encodings (fold, category, output)
+        if folds is not None: self._oof[n] = (folds, np.stack([table(f, n) for f in range(self.folds)]))
 
 def _encode_part(part, proc): return proc.encoded(part)
 
+def _encode_oof_part(part, proc, oof:dict):
+    """A partition's encodings: the statistic of all training rows, and for the training rows (column `_ROW`: each
+    one's position among them, -1 for the others) the encodings of their fold's other rows."""
+    res = proc.encoded(part)
+    row = to_host(part[_ROW]).to_numpy()
+    tr = row >= 0
+    if not tr.any(): return res
+    for n,(folds,tables) in oof.items():
+        e = proc.encodings[n]
+        nan = bool(len(e)) and bool(pd.isna(e.index[-1]))
+        vals = tables[folds[row[tr]], _codes(part, n, list(e.index[:len(e) - nan]), nan)[tr]]
+        for i,c in enumerate(proc.out_names(n)):
+            v = to_host(res[c]).to_numpy('f8', copy=True)
+            v[tr] = vals[:, i]
+            res[c] = v
+    return res
+
 def _target_encodes(self, to):
-    "The encodings of every row (the training rows' too: no folds on Dask), lazily, a partition at a time."
+    """The encodings of every row, lazily, a partition at a time: the statistic of all training rows, and out-of-fold
+    values for the training rows of the Tabular being set up."""
     import dask
     cols = list(self.encodings)
     if not cols: return to
     src = to.items[cols]
-    out = src.map_partitions(_encode_part, dask.delayed(self), meta=self.encoded(src._meta))
+    meta = self.encoded(src._meta)
+    if to is self._fitting and self._oof:
+        items, split = to.items, to.split_col
+        # the training rows: those the split does not validate (all of them with no split)
+        train = ~valid_mask(items[split], to.split_on) if split is not None else items[cols[0]].isna() | True
+        # each training row's position among them (a lazy cumulative sum), its fold's index; -1 for the others
+        row = (train.astype('int64').cumsum() - 1).where(train, -1)
+        # the folds and tables now, not `self._oof`, which `setup` clears before the graph runs
+        out = src.assign(**{_ROW: row}).map_partitions(_encode_oof_part, dask.delayed(self),
+                                                      dask.delayed(dict(self._oof)), meta=meta)
+    else: out = src.map_partitions(_encode_part, dask.delayed(self), meta=meta)
     to.items = to.items.assign(**{c: out[c] for c in self.made_names})
     for c in self.made_names:
         if c not in to.cont_names: to.cont_names.append(c)

@@ -1,6 +1,7 @@
-"""`TargetEncode(folds=0)` over a Dask frame against the in-memory `TabularGPU` on the same rows (and so scikit-learn's
-`TargetEncoder.fit(...).transform`): each category's sums carried across partitions in row order give the same
-encodings bit for bit; Normalize after it, the packed rows, and the errors."""
+"""`TargetEncode` over a Dask frame against the in-memory `TabularGPU` on the same rows and scikit-learn's
+`TargetEncoder`: with `folds=0` the statistic of all training rows (`fit(...).transform`), each category's sums carried
+across partitions in row order; with `folds` the training rows' out-of-fold values (`fit_transform`) on scikit-learn's
+folds, and the full statistic for the other rows; bit for bit. Normalize after it, the packed rows, and the errors."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,6 +10,7 @@ import torch
 dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
 import dask.dataframe as dd
 from fastai.tabular.all import Categorify, ColSplitter, Normalize
+from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.preprocessing import TargetEncoder
 from fastai_gpu_tabular.all import TabularDask, TabularGPU, TargetEncode
 from fastai_gpu_tabular.datasets import load_adult, load_movielens
@@ -51,12 +53,94 @@ def test_full_statistic_is_in_memorys(case, smooth):
         ref = TargetEncoder(smooth=smooth).fit(tr[names].astype(object), tr[y])
         for i,n in enumerate(names): np.testing.assert_array_equal(a.encodings[n][f'{n}_te'], ref.encodings_[i])
 
-def test_out_of_fold_on_dask_says_what_to_do():
-    df = _with_split(load_adult())
-    ddf = dd.from_pandas(df, npartitions=3)
-    for te in (TargetEncode(['education']), TargetEncode):
-        with pytest.raises(NotImplementedError, match=r'TargetEncode\(folds=5\).*folds=0'):
-            TabularGPU(ddf, procs=[te, Categorify], cat_names=['education'], y_names='income', splits='is_valid')
+@pytest.fixture(scope='module')
+def adult(): return _with_split(load_adult().iloc[:6000], 3)   # small: the Dask tests run on 2 cores in CI
+
+def _uneven(df, nparts, seed):
+    "`df` in `nparts` Dask partitions of uneven lengths."
+    cuts = np.sort(np.random.default_rng(seed).choice(np.arange(1, len(df) - 1), nparts - 1, replace=False))
+    with dask.config.set({'dataframe.convert-string': False}):
+        return dd.from_pandas(df, npartitions=1, sort=True).repartition(divisions=[0, *cuts.tolist(), len(df) - 1])
+
+def _dask_encoded(to, made):
+    "The encoded columns of a `TabularDask`, computed: (training rows, validation rows), each in row order."
+    # the whole frame, split here: Dask's optimizer mis-projects a filter on the split column it was read with
+    got = to.items[made + ['is_valid']].compute()
+    v = got.pop('is_valid').to_numpy()
+    return got[~v].to_numpy('f8'), got[v].to_numpy('f8')
+
+OOF = {  # (target, names, scikit-learn's target_type): binary, regression, multi-class; NaN categories in Adult's
+    'income': ('income', ['education', 'occupation'], 'binary'),
+    'age': ('age', ['education', 'occupation'], 'continuous'),
+    'race': ('race', ['native-country', 'occupation'], 'multiclass')}
+
+@pytest.mark.parametrize('folds,seed,smooth,nparts', [(2, 0, 'auto', 3), (5, 7, 'auto', 5), (5, 3, 4.0, 7),
+                                                      (2, 1, 0.5, 4)])
+@pytest.mark.parametrize('case', list(OOF))
+def test_out_of_fold_is_in_memorys_and_sklearns(adult, case, folds, seed, smooth, nparts):
+    """`TargetEncode(folds)` on Dask: the training rows get scikit-learn's `fit_transform` (on its folds: each row's
+    fold placed by its position among the training rows, over uneven partitions), the validation rows its
+    `transform`, both equal to the in-memory `TabularGPU`'s bit for bit."""
+    y, names, kind = OOF[case]
+    ddf = _uneven(adult, nparts, seed)
+    mem = ddf.compute()
+    kw = lambda: dict(procs=[TargetEncode(names, smooth=smooth, folds=folds, seed=seed), Categorify], cat_names=names,
+                      y_names=y)
+    to = TabularGPU(ddf, splits='is_valid', progress=False, **kw())
+    tg = TabularGPU(mem, splits=ColSplitter('is_valid')(mem), **kw())
+    te = tg.procs.fs[0]
+    assert type(to) is TabularDask and to.procs.fs[0].target_type_ == te.target_type_ == kind
+    got, got_val = _dask_encoded(to, te.made_names)
+    np.testing.assert_array_equal(got, tg.train.items[te.made_names].to_numpy('f8'))
+    np.testing.assert_array_equal(got_val, tg.valid.items[te.made_names].to_numpy('f8'))
+    # scikit-learn's TargetEncoder(cv=folds, shuffle=True, random_state=seed): these splitters
+    cv = (KFold if kind == 'continuous' else StratifiedKFold)(folds, shuffle=True, random_state=seed)
+    tr, va = mem[~mem.is_valid], mem[mem.is_valid]
+    ref = TargetEncoder(smooth=smooth, cv=cv, target_type=kind)
+    np.testing.assert_array_equal(got, ref.fit_transform(tr[names].astype(object), tr[y].to_numpy()))
+    np.testing.assert_array_equal(got_val, ref.transform(va[names].astype(object)))
+
+def test_out_of_fold_then_normalize_packs_the_in_memory_rows(adult):
+    "Normalize learns its scale from the out-of-fold values it is set up on: the packed rows are the in-memory ones."
+    names = ['education', 'occupation']
+    ddf = _uneven(adult, 6, 4)
+    mem = ddf.compute()
+    kw = lambda: dict(procs=[TargetEncode(names, folds=5, seed=2), Categorify, Normalize], cat_names=names,
+                      cont_names=['fnlwgt'], y_names='income')
+    to = TabularGPU(ddf, splits='is_valid', progress=False, **kw())
+    tg = TabularGPU(mem, splits=ColSplitter('is_valid')(mem), **kw())
+    for c in tg.procs.fs[0].made_names: assert to.means[c] == tg.means[c] and to.stds[c] == tg.stds[c]
+    rows = tg.packed_rows()[0]
+    assert torch.equal(to.train.packed_rows()[0], rows[:tg.split])
+    assert torch.equal(to.valid.packed_rows()[0], rows[tg.split:])
+
+def test_out_of_fold_with_no_split_and_later_frames(adult):
+    """No split: every row trains and gets its out-of-fold value; the same rows through `new` (a later frame) get the
+    statistic of all training rows, as in memory."""
+    names = ['education', 'occupation']
+    df = adult.drop(columns='is_valid')
+    ddf = _uneven(df, 4, 5)
+    kw = lambda: dict(procs=[TargetEncode(names, smooth=2.0, folds=3, seed=1), Categorify], cat_names=names,
+                      y_names='age')
+    to = TabularGPU(ddf, progress=False, **kw())
+    tg = TabularGPU(df, **kw())
+    made = tg.procs.fs[0].made_names
+    oof = tg.items[made].to_numpy('f8')
+    np.testing.assert_array_equal(to.items[made].compute().to_numpy('f8'), oof)
+    ref = TargetEncoder(smooth=2.0, cv=KFold(3, shuffle=True, random_state=1), target_type='continuous')
+    np.testing.assert_array_equal(oof, ref.fit_transform(df[names].astype(object), df['age'].to_numpy()))
+    later = to.new(ddf)
+    later.process()
+    full = ref.transform(df[names].astype(object))
+    np.testing.assert_array_equal(later.items[made].compute().to_numpy('f8'), full)
+    assert not np.array_equal(full, oof)
+
+def test_out_of_fold_nan_target_fails_first(adult):
+    "A missing target: a ValueError naming the column from the first pass over the rows, before any set-up."
+    df = adult.assign(age=adult['age'].astype('f8').where(adult.index != 4321))
+    with pytest.raises(ValueError, match="target column 'age' contains NaN"):
+        TabularGPU(_uneven(df, 3, 0), procs=[TargetEncode(['education'], folds=5), Categorify],
+                   cat_names=['education'], y_names='age', splits='is_valid', progress=False)
 
 def test_set_up_in_memory_encodes_a_dask_frame():
     "Out-of-fold set-up in memory, then `new` of a Dask frame: the full statistic, as `new` of the same rows in memory."
