@@ -226,3 +226,20 @@ def test_dask_cudf(built):
     assert all(torch.equal(a.load(), b.load()) for a, b in zip(tc.chunks, to.chunks))
     dls = tc.dataloaders(bs=512, device='cuda', stream=True, piece_rows=700)
     assert sum(len(b[0]) for b in dls.train) == len(dls.train) * 512 and next(iter(dls.valid))[0].is_cuda
+
+@pytest.mark.parametrize('flag', ['bool', 'int'])
+def test_valid_items_are_the_valid_rows(flag):
+    """`to.valid.items[cols]` and `to.train.items[cols]` hold the rows the split says, for a bool and a 0/1 split
+    column: a projection after the split's filter once returned the split column (Dask's optimizer dropped the filter's
+    `astype(bool)`)."""
+    df = _frame(1200, seed=2)
+    if flag == 'int': df['is_valid'] = df['is_valid'].astype('int64')
+    to, _, ddf = _both(df, npartitions=4)
+    mem = ddf.compute()
+    valid = mem['is_valid'].astype(bool)
+    for sub, rows in ((to.valid, valid), (to.train, ~valid)):
+        for cols in (['f64'], ['f64', 'i16'], ['city']):
+            got = sub.items[cols].compute()
+            want = to.items[cols + ['is_valid']].compute()
+            assert isinstance(got, pd.DataFrame) and list(got.columns) == cols
+            pd.testing.assert_frame_equal(got, want.loc[rows.to_numpy(), cols])
