@@ -52,6 +52,7 @@ from ..loader import BatchDataLoader
 from ..pack import Layout, pack_rows
 from ..progress import dask_progress
 from ..stream import PackedChunks, StreamDataLoader, byte_count, free_memory
+from .groupby import JoinGroupby, register_dask_groupby
 from .procs import register_dask_procs
 from .stats import compute, delayed
 from .target import TargetEncode, check_dask_target, register_dask_target
@@ -59,7 +60,7 @@ from .target import TargetEncode, check_dask_target, register_dask_target
 __all__ = ['TabularDask', 'DaskScan', 'valid_mask']
 
 _PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize, HashBucket,
-          HashedCross, TargetEncode)
+          HashedCross, TargetEncode, JoinGroupby)
 
 def valid_mask(col, on=None):
     "fastai's `ColSplitter` rule on a column (pandas, cuDF or Dask): truthy values (or those equal to/in `on`) validate"
@@ -133,7 +134,8 @@ class TabularDask(TabularGPU):
         bad = [getattr(p, '__name__', type(p).__name__) for p in (procs.fs if isinstance(procs, Pipeline) else L(procs))
                if not issubclass(p if isinstance(p, type) else type(p), _PROCS)]
         if bad: raise TypeError(f"proc(s) {bad} have no Dask implementation: TabularDask runs Categorify, FillMissing, "
-                                "Normalize, HashBucket, HashedCross, TargetEncode(folds=0) and the target procs")
+                                "Normalize, HashBucket, HashedCross, TargetEncode(folds=0), JoinGroupby and the target "
+                                "procs")
         if do_setup: check_dask_target(procs)   # set up in memory, out-of-fold is done: `new` encodes a Dask frame
         meta = df._meta
         for n in [n for n in cont_names if n in meta.columns]:   # a proc's columns (`made_columns`) come later
@@ -326,3 +328,4 @@ class TabularDask(TabularGPU):
 
 register_dask_procs(TabularDask)
 register_dask_target(TabularDask)
+register_dask_groupby(TabularDask)
