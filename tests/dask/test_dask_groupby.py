@@ -1,7 +1,7 @@
 """`JoinGroupby` over a Dask frame (uneven partitions, a one-row one among them) against the in-memory `TabularGPU` on
 the same rows (pandas' own groupby): the same categories and exact counts, the defaults bit for bit, the means and
-stds within a bound derived below; and the joined columns the Dask object packs are the in-memory encodes of its own
-state, bit for bit."""
+stds within a bound derived below, and the same bits on one partition; the joined columns the Dask object packs are
+the in-memory encodes of its own state, bit for bit, and a proc set up in memory joins a Dask frame as in memory."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -43,7 +43,7 @@ def _uneven(df):
     "Five partitions of uneven sizes, one of a single row."
     n = len(df)
     with dask.config.set({'dataframe.convert-string': False}):
-        return dd.from_pandas(df, npartitions=1).repartition(divisions=[0, 37, 1500, 1501, 4100, n - 1])
+        return dd.from_pandas(df, npartitions=1).repartition(divisions=[0, 37, n // 4, n // 4 + 1, 2 * n // 3, n - 1])
 
 def _index(g):
     "A groups frame's categories: the values, missing ones as None."
@@ -98,6 +98,10 @@ def test_groups_are_in_memorys(case):
     for n in names:
         assert _index(a.groups[n]) == _index(b.groups[n]) and list(a.groups[n].columns) == list(b.groups[n].columns)
         for x in conts: _check_groups(a.groups[n], b.groups[n], train, n, x)
+    # each category's sums carried in row order: one partition gives the same bits
+    with dask.config.set({'dataframe.convert-string': False}): one = dd.from_pandas(df, npartitions=1)
+    a1 = TabularGPU(one, splits='is_valid', progress=False, **kw()).procs.fs[0]
+    for n in names: pd.testing.assert_frame_equal(a.groups[n], a1.groups[n], check_exact=True)
     # every row (the category only in validation rows among them): the in-memory encodes of the Dask state, lazily
     got = to.items[a.made_names].compute()
     pd.testing.assert_frame_equal(got, a.joined(df), check_exact=True)
@@ -122,3 +126,15 @@ def test_with_fillmissing_and_normalize():
     rows = mem.packed_rows()[0]
     v = torch.as_tensor(df.is_valid.to_numpy())
     assert torch.equal(to.train.packed_rows()[0], rows[~v]) and torch.equal(to.valid.packed_rows()[0], rows[v])
+
+def test_set_up_in_memory_joins_a_dask_frame():
+    "Set up in memory (pandas' groupby), then `new` of a Dask frame: the rows `new` of the same rows in memory packs."
+    load, names, conts, y = CASES['adult']
+    df = load().drop(columns='is_valid')
+    tg = TabularGPU(df.iloc[:4000], procs=[JoinGroupby(names, conts), Categorify, FillMissing, Normalize],
+                    cat_names=names, cont_names=conts, y_names=y)
+    test = df.iloc[4000:].drop(columns=y)
+    mem, lazy = tg.new(test), tg.new(_uneven(test.reset_index(drop=True)))
+    mem.process()
+    lazy.process()
+    assert torch.equal(lazy.train.packed_rows()[0], mem.packed_rows()[0])
