@@ -17,6 +17,7 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
 
+from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
 from .pack import cat_widths
 from .procs import buckets_of, vocab_values
@@ -88,9 +89,10 @@ def _procs(to) -> dict:
         elif isinstance(t, Normalize): res['norm'] = t
         elif isinstance(t, (HashBucket, HashedCross)): res.setdefault('hash', []).append(t)   # on the host
         elif isinstance(t, TargetEncode): res['te'] = t
+        elif isinstance(t, JoinGroupby): res.setdefault('jg', []).append(t)
         elif not isinstance(t, (Categorize, RegressionSetup, MultiCategorize, EncodedMultiCategorize)): other.append(t)
-    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing, Normalize, HashBucket, HashedCross and "
-                              f"TargetEncode, not {[type(t).__name__ for t in other]}")
+    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing, Normalize, HashBucket, HashedCross, "
+                              f"TargetEncode and JoinGroupby, not {[type(t).__name__ for t in other]}")
     return res
 
 def _key_type(name, values) -> str:
@@ -175,6 +177,15 @@ class _Graph:
 
     def column(self, x): return self.op('Unsqueeze', x, self.const(np.array([1], np.int64)))
 
+def _joined_values(jg, s, c) -> tuple:
+    """`(values, default)` of JoinGroupby's column `c` (of cat column `s`): its value by category, the missing
+    category's last, a category with no values given the default, as its encodes looks them up."""
+    x,stat = c[len(s) + 1:].rsplit('_', 1)
+    default = float(jg.defaults[x][stat])
+    v = jg.groups[s][c]
+    na = np.asarray(pd.isna(v.index))
+    return pd.concat([v[~na], v[na]]).fillna(default), default
+
 def _bag_sep(to, name, list_sep) -> tuple:
     "`(separator, empty_is_element)` of a multi-hot column: its own for strings, `list_sep` for list columns."
     sep = to.multi_hot[name]
@@ -193,6 +204,7 @@ def _procs_graph(to, list_sep='|'):
     mh = getattr(to, 'multi_hot', {})
     te = procs.get('te')
     te_out = {c: (s, i) for s in te.encodings for i,c in enumerate(te.out_names(s))} if te is not None else {}
+    jg_out = {c: (p, s) for p in procs.get('jg', []) for s,gr in p.groups.items() for c in gr.columns}
     cols,conts,flag_x = {},[],{}
     for n in to.cont_names:
         if n in te_out:   # TargetEncode: its cat column's raw values through a LabelEncoder to doubles
@@ -202,6 +214,14 @@ def _procs_graph(to, list_sep='|'):
             x = g.input(s, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
             cols.setdefault(s, {'type': kind, 'kind': 'cat'})
             x = g.target(x, enc, kind, np.atleast_1d(te.target_mean)[i])
+        elif n in jg_out:   # JoinGroupby: the same lookup, its cont's statistic over all training rows the default
+            jg,s = jg_out[n]
+            enc, default = _joined_values(jg, s, n)
+            # a cont grouped by as a category is one double input
+            kind = 'double' if s in to.cont_names else _key_type(s, [v for v in enc.index if not pd.isna(v)])
+            x = g.input(s, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
+            cols.setdefault(s, {'type': kind, 'kind': 'cat'})
+            x = g.target(x, enc, kind, default)
         else:
             x = g.input(n, T.DOUBLE)
             cols[n] = {'type': 'double', 'kind': 'cont'}
@@ -259,7 +279,8 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     """Write `learn` as one ONNX file from raw columns to predictions: the procs' learned state as ONNX ops (Categorify
     -> LabelEncoder, unseen -> 0 '#na#'; a multi-hot string column -> StringSplit, padded with -1 or cut to its slots;
     FillMissing -> IsNaN/Where and the `_na` flag; Normalize -> Sub/Div; TargetEncode -> LabelEncoder to doubles, the
-    missing category's value for a missing input, the target's mean for an unseen one) merged with the model, whose
+    missing category's value for a missing input, the target's mean for an unseen one; JoinGroupby likewise, the cont's
+    statistic over all training rows for an unseen category) merged with the model, whose
     multi-hot bags export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64
     (integer and bool categories), double (continuous and float categories; NaN is missing); a list column as its
     elements joined by `list_sep`. The output `preds` is what `get_preds` returns: probabilities, or the

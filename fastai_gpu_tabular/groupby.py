@@ -19,7 +19,8 @@ class JoinGroupby(TabularProc):
     training, or with no values, gets count 0 and the cont's mean and std over all training rows. Runs first, before
     FillMissing (raw values: missing ones are skipped) and Categorify (raw categories), whatever the list order, and
     before Normalize, which scales the new columns. The conts must be named ones (`TabularGPU` keeps only those).
-    In memory (pandas or cuDF); not on Dask, and not in `export_onnx` (both raise, naming it)."""
+    On Dask the groups are learned over the partitions (dask/groupby.py: exact counts, the defaults pandas' bit for
+    bit, the means and stds to rounding); `export_onnx` puts them in the graph as lookups from the raw column."""
     order = -1   # before FillMissing (0), so missing values are skipped, not counted as its fill value
     def __init__(self,
         names:list, # cat columns to group by
@@ -38,12 +39,16 @@ class JoinGroupby(TabularProc):
         "The columns this proc adds."
         return [c for g in self.groups.values() for c in g.columns]
 
-    def setups(self, to):
+    def check_columns(self, to):
+        "The columns are in `to` (pandas, cuDF or Dask) and the conts are numbers; else an error naming them."
         bad = [n for n in self.names + self.conts if n not in to.items.columns]
         if bad: raise KeyError(f"JoinGroupby: column(s) {bad} are not in the frame (it has "
                                f"{list(to.items.columns)[:20]}): name them in cat_names or cont_names")
         bad = [n for n in self.conts if not pd.api.types.is_numeric_dtype(to.items[n].dtype)]
         if bad: raise TypeError(f"JoinGroupby summarises numbers: column(s) {bad} are not numeric")
+
+    def setups(self, to):
+        self.check_columns(to)
         df = to.items
         self.groups,self.defaults = {},{}
         for x in self.conts:
@@ -58,21 +63,28 @@ class JoinGroupby(TabularProc):
                 for s in self.stats: cols[f'{n}_{x}_{s}'] = to_pandas(res[s]).astype('float64')
             self.groups[n] = pd.DataFrame(cols)
 
-    def encodes(self, to):
+    def joined(self, df):
+        "The columns this proc makes for the rows of `df` (pandas or cuDF), a frame on `df`'s index and backend."
+        res = {}
         for n,g in self.groups.items():
             na = np.asarray(pd.isna(g.index))
             vocab = list(g.index[~na])
-            col = to.items[n]
+            col = df[n]
             codes = to_host(encode_codes(col, vocab, add=0)).to_numpy().astype('int64')
             # a missing value: the missing category's row, after the others (else the defaults, last)
             codes = np.where(to_host(col.isna()).to_numpy(), len(vocab) if na.any() else -1, codes)
-            mk = require_cudf().Series if is_cudf(to.items) else pd.Series
             for c in g.columns:
                 x,s = c[len(n) + 1:].rsplit('_', 1)
                 v = g[c].to_numpy('f8')
                 v = np.concatenate([v[~na], v[na], [self.defaults[x][s]]])
                 # a category with no values (NaN mean, std): the cont's statistic over all training rows, as unseen
-                table = np.where(np.isnan(v), self.defaults[x][s], v)
-                to[c] = mk(table[codes], index=to.items.index, name=c)
-                if c not in to.cont_names: to.cont_names.append(c)
+                res[c] = np.where(np.isnan(v), self.defaults[x][s], v)[codes]
+        mk = require_cudf().DataFrame if is_cudf(df) else pd.DataFrame
+        return mk(res, index=df.index, columns=self.made_names)
+
+    def encodes(self, to):
+        res = self.joined(to.items)
+        for c in res.columns:
+            to[c] = res[c]
+            if c not in to.cont_names: to.cont_names.append(c)
         return to

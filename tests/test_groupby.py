@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from fastai.data.transforms import Normalize, RandomSplitter
 from fastai.tabular.all import Categorify, FillMissing
 from fastai_gpu_tabular.all import JoinGroupby, TabularGPU
@@ -52,10 +53,55 @@ def test_missing_values_and_normalize():
         TabularGPU(df, procs=[JoinGroupby('carrier', 'nope')], cat_names=['carrier'], y_names='distance')
     with pytest.raises(ValueError, match='median'): JoinGroupby('carrier', 'dep_delay', stats=('median',))
 
-def test_not_on_dask_nor_onnx():
-    "Both say so, naming the proc."
-    dd = pytest.importorskip('dask.dataframe')
-    df = load_adult().iloc[:2000]
-    with pytest.raises(TypeError, match='JoinGroupby'):
-        TabularGPU(dd.from_pandas(df, npartitions=2), procs=[JoinGroupby('education', 'age')], cat_names=['education'],
-                   cont_names=['age'], y_names='income')
+@pytest.fixture(scope='module')
+def adult_nan():
+    "Adult's first 6,000 rows with NaN in two conts (occupation has its own missing categories)."
+    df = load_adult().iloc[:6000].copy()
+    df['age'] = df['age'].astype('float64')
+    df.loc[df.index[::13], 'age'] = np.nan
+    df['fnlwgt'] = df['fnlwgt'].astype('float64')
+    df.loc[df.index[5::17], 'fnlwgt'] = np.nan
+    return df
+
+def test_export_onnx_joins_like_test_dl(adult_nan, tmp_path):
+    """`export_onnx`'s graph from raw columns (unseen and missing categories, NaN conts, a cont grouped by as a
+    category) gives the conts and cat codes `test_dl` packs, exactly (the same float64 values, Normalize's float64
+    arithmetic, one cast to float32), and so `get_preds`' predictions. JoinGroupby runs on the raw values, before
+    FillMissing, and Normalize scales its columns."""
+    ort = pytest.importorskip('onnxruntime')
+    pytest.importorskip('onnxscript')
+    import onnx
+    from fastai_gpu_tabular.all import export_onnx, onnx_inputs, tabular_learner
+    df = adult_nan
+    splits = RandomSplitter(seed=0)(range(len(df)))
+    names, conts = ['occupation', 'education'], ['age', 'fnlwgt', 'educational-num']
+    procs = [Categorify, FillMissing, Normalize, JoinGroupby(names, ['age', 'fnlwgt']),
+             JoinGroupby('educational-num', 'age', stats=('mean',))]
+    to = TabularGPU(df, procs=procs, cat_names=names, cont_names=conts, y_names='income', splits=splits)
+    assert {'age_na', 'fnlwgt_na'} <= set(to.cat_names)   # FillMissing saw the raw NaN: JoinGroupby skipped them
+    torch.manual_seed(0)
+    learn = tabular_learner(to.dataloaders(bs=512), layers=[8])
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+    test = df.iloc[splits[1]].drop(columns='income').copy()
+    test.loc[test.index[::7], 'occupation'] = 'Not-an-occupation'
+    test.loc[test.index[3::7], 'occupation'] = np.nan
+    test.loc[test.index[5::7], 'educational-num'] = 99   # a number no training row has
+    path = export_onnx(learn, tmp_path/'jg.onnx')
+    model = onnx.load(str(path))
+    model.graph.output.extend([onnx.helper.make_tensor_value_info(f'fgt/{k}', t, None)
+                               for k,t in (('x_cat', onnx.TensorProto.INT64), ('x_cont', onnx.TensorProto.FLOAT))])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=['CPUExecutionProvider'])
+    assert {i.name for i in sess.get_inputs()} == {*names, *conts}   # the raw columns, nothing more
+    x_cat, x_cont, preds = sess.run(['fgt/x_cat', 'fgt/x_cont', 'preds'], onnx_inputs(test, sess))
+    dl = learn.dls.test_dl(test, bs=len(test))
+    b = dl.one_batch()
+    np.testing.assert_array_equal(x_cat, b[0].numpy())
+    np.testing.assert_array_equal(x_cont, b[1].numpy())
+    with learn.no_bar(): want = learn.get_preds(dl=dl)[0].numpy()
+    # the same float32 inputs; the model's float32 arithmetic in two engines (the tolerance of tests/test_export.py)
+    np.testing.assert_allclose(preds, want, atol=1e-5, rtol=0)
+    # the rows hold what the test claims: unseen occupations counted 0, missing ones the missing category's count
+    jg = to.procs.fs[0]
+    got = jg.joined(test)['occupation_age_count']
+    assert (got.iloc[::7] == 0).all() and pd.isna(jg.groups['occupation'].index[-1])
+    assert (got.iloc[3::7] == jg.groups['occupation']['occupation_age_count'].iloc[-1]).all()

@@ -52,6 +52,7 @@ from ..loader import BatchDataLoader
 from ..pack import Layout, pack_rows
 from ..progress import dask_progress
 from ..stream import PackedChunks, StreamDataLoader, byte_count, free_memory
+from .groupby import JoinGroupby, register_dask_groupby
 from .procs import register_dask_procs
 from .split import valid_mask
 from .stats import compute, delayed
@@ -60,7 +61,7 @@ from .target import TargetEncode, register_dask_target
 __all__ = ['TabularDask', 'DaskScan', 'valid_mask']
 
 _PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize, HashBucket,
-          HashedCross, TargetEncode)
+          HashedCross, TargetEncode, JoinGroupby)
 
 def _split_spec(splits, columns) -> tuple:
     "`(column, on)` of a split given as a column name or fastai's `ColSplitter(col, on)`; `(None, None)` for no split."
@@ -129,7 +130,7 @@ class TabularDask(TabularGPU):
         bad = [getattr(p, '__name__', type(p).__name__) for p in (procs.fs if isinstance(procs, Pipeline) else L(procs))
                if not issubclass(p if isinstance(p, type) else type(p), _PROCS)]
         if bad: raise TypeError(f"proc(s) {bad} have no Dask implementation: TabularDask runs Categorify, FillMissing, "
-                                "Normalize, HashBucket, HashedCross, TargetEncode and the target procs")
+                                "Normalize, HashBucket, HashedCross, TargetEncode, JoinGroupby and the target procs")
         meta = df._meta
         for n in [n for n in cont_names if n in meta.columns]:   # a proc's columns (`made_columns`) come later
             dt = meta[n].dtype
@@ -321,3 +322,4 @@ class TabularDask(TabularGPU):
 
 register_dask_procs(TabularDask)
 register_dask_target(TabularDask)
+register_dask_groupby(TabularDask)
