@@ -1,5 +1,6 @@
-"""`python -m fastai_gpu_tabular`: the demo. On the shipped nycflights13 data (CC0), predict whether a flight arrives more
-than 15 minutes late or is cancelled, from what is known at departure: TabularGPU, BatchDataLoader, LAMB, 1-2 epochs."""
+"""`python -m fastai_gpu_tabular`: the demo. On the shipped nycflights13 data (CC0), predict whether a flight arrives
+more than 15 minutes late or is cancelled, from what is known at departure: TabularGPU, BatchDataLoader, LAMB, 1-2
+epochs."""
 from __future__ import annotations
 
 import argparse
@@ -41,7 +42,8 @@ def flights_task(backend=None, nrows=None):
 
 def batch_size(n_train:int, most:int=16384, steps:int=50) -> int:
     """A batch size for `n_train` training rows: the largest power of two that still gives `steps` steps an epoch, at
-    most `most`. Large batches pay off when an epoch is hundreds of steps; a small frame needs small batches to learn."""
+    most `most`. Large batches pay off when an epoch is hundreds of steps; a small frame needs small batches to
+    learn."""
     return int(min(most, max(2 ** int(np.log2(max(n_train // steps, 1))), 1)))
 
 class PlainTable(Callback):
@@ -56,7 +58,9 @@ class PlainTable(Callback):
     def after_fit(self): self.learn.logger = print
     def _write(self, log):
         cells = [f'{v:.6f}' if isinstance(v, float) else str(v) for v in log]
-        if self.names is None: self.names = [c.ljust(8) for c in cells]; print('  '.join(self.names).rstrip(), flush=True)
+        if self.names is None:
+            self.names = [c.ljust(8) for c in cells]
+            print('  '.join(self.names).rstrip(), flush=True)
         else: print(''.join(c.ljust(len(n) + 2) for c,n in zip(cells, self.names)).rstrip(), flush=True)
 
 class _EpochTimer(Callback):
@@ -70,8 +74,10 @@ class _EpochTimer(Callback):
 
 def main(args=None):
     p = argparse.ArgumentParser(prog='python -m fastai_gpu_tabular', description=__doc__)
-    p.add_argument('--backend', choices=['auto', 'pandas', 'cudf'], default='auto', help="frame backend (auto: cuDF if usable)")
-    p.add_argument('--device', default=None, help="torch device for the loader and model (default: fastai's default_device())")
+    p.add_argument('--backend', choices=['auto', 'pandas', 'cudf'], default='auto',
+                   help="frame backend (auto: cuDF if usable)")
+    p.add_argument('--device', default=None,
+                   help="torch device for the loader and model (default: fastai's default_device())")
     p.add_argument('--epochs', type=int, default=2)
     p.add_argument('--bs', type=int, default=None, help="batch size (default: `batch_size` of the training rows)")
     p.add_argument('--lr', type=float, default=3e-2)
@@ -86,7 +92,8 @@ def main(args=None):
     print(f"nycflights13: {len(df):,} flights, backend={backend}"
           + ('' if backend == 'cudf' else f" (cuDF: {cudf_reason() or 'available'})") + f", device={device}")
     t = time.perf_counter()
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], splits=RandomSplitter(seed=a.seed)(range(len(df))), **names)
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize],
+                    splits=RandomSplitter(seed=a.seed)(range(len(df))), **names)
     dls = to.dataloaders(bs=a.bs or batch_size(len(to.train)), device=device)
     prep = time.perf_counter() - t
     print(f"TabularGPU + dataloaders: {prep:.2f}s; {len(to.train):,} train / {len(to.valid):,} valid rows; "

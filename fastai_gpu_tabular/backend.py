@@ -74,7 +74,8 @@ def is_cudf(o:Any) -> bool:
     return type(o).__module__.split('.')[0] == 'cudf'
 
 def is_dask(o:Any) -> bool:
-    "Whether `o` is a Dask collection (dask.dataframe, or dask-cudf's); checks the type's module, so it never imports Dask."
+    """Whether `o` is a Dask collection (dask.dataframe, or dask-cudf's); checks the type's module, so it never
+    imports Dask."""
     return type(o).__module__.split('.')[0] in ('dask', 'dask_cudf', 'dask_expr')
 
 def _not_a_frame(o) -> TypeError:
@@ -204,7 +205,8 @@ def holds_strings(col:Column) -> bool:
     return isinstance(_first_value(col), str)
 
 def sorted_uniques(col:Column) -> list:
-    "Sorted distinct non-null values of `col` as a host list of NumPy scalars or Python objects, as fastai's `L.sorted()`."
+    """Sorted distinct non-null values of `col` as a host list of NumPy scalars or Python objects, as fastai's
+    `L.sorted()`."""
     # `drop_duplicates`, not `unique`: under cudf.pandas' compatible mode cuDF's `unique()` is a CuPy array
     if is_cudf(col): return list(to_host(col.dropna().drop_duplicates().sort_values()).to_numpy())
     u = np.asarray(col.unique())   # then drop the missing ones: cheaper than `dropna` on every row of an object column
@@ -272,7 +274,8 @@ def mode_value(col:Column) -> Any:
 
 def take_values(vocab:list, codes:pd.Series) -> pd.Series:
     "The values of `vocab` at integer `codes` (a pandas Series; float codes from a decoded batch are fine)."
-    return pd.Series(np.asarray(vocab, dtype=object)[codes.to_numpy().astype(np.int64)], index=codes.index, name=codes.name)
+    return pd.Series(np.asarray(vocab, dtype=object)[codes.to_numpy().astype(np.int64)], index=codes.index,
+                     name=codes.name)
 
 # --- multi-hot (list) columns -------------------------------------------------------------------------------------
 def split_lists(col:Column, sep:str) -> Column:
@@ -289,7 +292,8 @@ def explode_lists(col:Column) -> tuple:
         xp = _cupy()
     else:
         xp, vals = np, col.to_numpy()
-        lens = np.fromiter((len(v) if isinstance(v, (list, tuple, np.ndarray)) else -1 for v in vals), np.int64, len(vals))
+        lens = np.fromiter((len(v) if isinstance(v, (list, tuple, np.ndarray)) else -1 for v in vals), np.int64,
+                           len(vals))
         nulls = lens < 0   # not a list: null, or an error below
         bad = [v for v in vals[nulls][:50] if not pd.isna(v)]
         if bad: raise TypeError(f"multi-hot column {col.name!r} holds {type(bad[0]).__name__} values, not lists: "
@@ -301,7 +305,8 @@ def explode_lists(col:Column) -> tuple:
     return ex.rename(col.name), lens
 
 def pad_bags(codes:torch.Tensor, lens:torch.Tensor, width:int, pad:int=-1) -> torch.Tensor:
-    "Row-major `codes` of rows with `lens` elements as a `[len(lens), width]` block padded with `pad` (longer rows cut)."
+    """Row-major `codes` of rows with `lens` elements as a `[len(lens), width]` block padded with `pad` (longer rows
+    cut)."""
     n = len(lens)
     out = torch.full((n, width), pad, dtype=codes.dtype, device=codes.device)
     rows = torch.repeat_interleave(torch.arange(n, device=codes.device), lens)

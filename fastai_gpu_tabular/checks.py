@@ -164,7 +164,8 @@ def prepare_columns(items:Frame, cont_names:list, y_names:list, multi_hot:dict) 
             raise TypeError(f"continuous column {n!r} has dtype {dt}, not a number: put it in cat_names or convert it")
         try: v = pd.to_numeric(items[n])
         except (ValueError, TypeError) as e:
-            raise TypeError(f"continuous column {n!r} is not numeric ({e}): put it in cat_names or convert it") from None
+            raise TypeError(f"continuous column {n!r} is not numeric ({e}): "
+                            "put it in cat_names or convert it") from None
         items[n] = v
     for c,v in nan_as_null(items).items(): items[c] = v
     check_targets({n: bool(items[n].isna().any()) for n in y_names if n in items.columns})

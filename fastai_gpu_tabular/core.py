@@ -1,4 +1,5 @@
-"`TabularGPU`: fastai's `Tabular` on a cuDF or pandas frame, processed on the frame's device and packed into tensors once."
+"""`TabularGPU`: fastai's `Tabular` on a cuDF or pandas frame, processed on the frame's device and packed into tensors
+once."""
 from __future__ import annotations
 
 import numpy as np
@@ -52,7 +53,8 @@ __all__ = ['TabularGPU', 'show_results']
 def _row_order(splits, n):
     "fastai's `df.iloc[sum(splits, [])]` as an index array, or None when that order is already `range(n)`."
     if splits is None: return None
-    order = np.concatenate([np.asarray(list(s), dtype=np.int64) for s in splits]) if len(splits) else np.zeros(0, np.int64)
+    order = (np.concatenate([np.asarray(list(s), dtype=np.int64) for s in splits]) if len(splits)
+             else np.zeros(0, np.int64))
     if len(order) and (order.min() < 0 or order.max() >= n):
         raise IndexError(f"splits hold row positions outside the frame's {n} rows")
     return None if len(order) == n and (order == np.arange(n)).all() else order
@@ -73,7 +75,8 @@ class _TabIloc(fatc._TabIloc):
         return self.to.new(row)
 
 class TabularGPU(Tabular):
-    "A `Tabular` over a cuDF or pandas frame: fastai's procs run on the frame's own device, batches come from packed tensors"
+    """A `Tabular` over a cuDF or pandas frame: fastai's procs run on the frame's own device, batches come from packed
+    tensors"""
     _dl_type = BatchDataLoader
 
     def __new__(cls, df=None, *args, **kwargs):
@@ -89,7 +92,8 @@ class TabularGPU(Tabular):
                  splits:tuple|None=None, # (train, valid) row positions, as fastai's splitters give them
                  do_setup:bool=True, device:torch.device|str|None=None, inplace:bool=False, reduce_memory:bool=True,
                  backend:str|None=None, # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
-                 multi_hot:dict|list|None=None): # multi-hot cat columns: {name: separator} for strings; list columns are found
+                 # multi-hot cat columns: {name: separator} for strings; list columns are found
+                 multi_hot:dict|list|None=None):
         df = to_backend(df, backend)   # a TypeError for anything but a frame
         if df.ndim != 2: raise TypeError(f"TabularGPU takes a DataFrame, not a {type(df).__name__}: use "
                                          "series.to_frame() for a column, series.to_frame().T for a row")
@@ -130,7 +134,8 @@ class TabularGPU(Tabular):
             res.split = 1 if value else len(df)
             return res
         return type(self)(df, do_setup=False, reduce_memory=False, y_block=TransformBlock(), inplace=inplace,
-                          multi_hot=self.multi_hot, **attrdict(self, 'procs', 'cat_names', 'cont_names', 'y_names', 'device'))
+                          multi_hot=self.multi_hot,
+                          **attrdict(self, 'procs', 'cat_names', 'cont_names', 'y_names', 'device'))
 
     @property
     def iloc(self): return _TabIloc(self)
@@ -186,7 +191,8 @@ class TabularGPU(Tabular):
         return res
 
     def subset(self, i:int) -> TabularGPU:
-        "Train (0) or valid (1) rows as a view: no frame copy (fastai copies), and packed tensors sliced from this object's."
+        """Train (0) or valid (1) rows as a view: no frame copy (fastai copies), and packed tensors sliced from this
+        object's."""
         rows = slice(0, self.split) if i == 0 else slice(self.split, len(self))
         if self.released is not None:   # so is the subset, over its slice of the row index
             res = self._derive(None, self, rows)

@@ -36,7 +36,8 @@ class _New:
         err = RuntimeError(f"No module named {path.split('.')[0]!r} (or no {path} in it): this was pickled with "
                            f"fastai_gpu_tabular {__version__}; `pip install fastai_gpu_tabular` to load it")
         fail = functools.partial(codecs.strict_errors, err)   # strict_errors raises the exception it is given
-        # unpickled: `fail` where the class was not found, else `partial(copyreg.__newobj__, cls)`; then called with args
+        # unpickled: `fail` where the class was not found, else `partial(copyreg.__newobj__, cls)`;
+        # then called with args
         return dict.get, ({None: fail}, found, _Call(functools.partial, copyreg.__newobj__, found))
 
 class BatchDataLoaders(TabularDataLoaders):
@@ -53,7 +54,8 @@ class BatchDataLoaders(TabularDataLoaders):
         "Create `BatchDataLoaders` from a cuDF or pandas `df`, as `TabularDataLoaders.from_df`"
         backend_of(df)   # a TypeError that says which types are taken, before `df.columns` is read
         if is_dask(df): raise TypeError("from_df splits by row positions, which a Dask frame cannot address: use "
-                                        "TabularGPU(ddf, ..., splits='is_valid').dataloaders(...) with a boolean column")
+                                        "TabularGPU(ddf, ..., splits='is_valid').dataloaders(...) "
+                                        "with a boolean column")
         cat_names = L(cat_names)
         if cont_names is None: cont_names = [c for c in df.columns if c not in set(cat_names) | set(L(y_names))]
         splits = RandomSplitter()(df) if valid_idx is None else IndexSplitter(valid_idx)(df)

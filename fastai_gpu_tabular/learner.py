@@ -28,7 +28,8 @@ def sparse_columns(to, sparse) -> list:
 def tabular_learner(dls:DataLoaders, layers:list=None, emb_szs:dict|int=None, config:dict=None, n_out:int=None,
                     y_range=None,
                     sparse=None, # cat names, True (all), or a table size: tables above it get sparse gradients
-                    fused:bool=False, # one fused weight per embedding width: one lookup kernel instead of one per column
+                    # one fused weight per embedding width: one lookup kernel instead of one per column
+                    fused:bool=False,
                     bag_mode:str='mean', # how a multi-hot column's element embeddings combine: 'mean' or 'sum'
                     sparse_lr_mult:float=1., # the sparse tables' learning rate, as a multiple of the dense one
                     **kwargs) -> TabularLearner:

@@ -1,4 +1,5 @@
-"`BatchDataLoader`: batches gathered from tensors packed once on the device; one permutation an epoch, one gather a batch."
+"""`BatchDataLoader`: batches gathered from tensors packed once on the device; one permutation an epoch, one gather a
+batch."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +37,9 @@ class ReadTabBatchGPU(ReadTabBatch):
 class BatchDataLoader(TabDataLoader):
     "A `TabDataLoader` over a `TabularGPU`: no per-row Python, no collation, no workers; the data stays on `device`"
     def __init__(self, dataset, bs:int=64, shuffle:bool=False, after_batch=None, num_workers:int=0,
-                 wgts=None, # per-row sampling weights: shuffled epochs then draw `n` rows with replacement (fastai's TabWeightedDL)
+                 # per-row sampling weights: shuffled epochs then draw `n` rows with replacement
+                 # (fastai's TabWeightedDL)
+                 wgts=None,
                  **kwargs):
         if bs is None or int(bs) < 1: raise ValueError(f"bs must be a positive integer, got {bs!r}")
         if after_batch is None: after_batch = [ReadTabBatchGPU(dataset)]
@@ -47,8 +50,8 @@ class BatchDataLoader(TabDataLoader):
         if self.wgts is not None and len(self.wgts) != self.n:
             raise ValueError(f"wgts has {len(self.wgts)} entries for {self.n} rows")
         if self.drop_last and 0 < self.n < self.bs:
-            raise ValueError(f"bs={self.bs} is more than the {self.n} rows and drop_last=True, so this loader would yield "
-                             "no batch: lower bs (or val_bs), or pass drop_last=False")
+            raise ValueError(f"bs={self.bs} is more than the {self.n} rows and drop_last=True, so this loader would "
+                             "yield no batch: lower bs (or val_bs), or pass drop_last=False")
         self.to(self.device)
 
     def new(self, dataset=None, cls=None, **kwargs):
@@ -76,7 +79,8 @@ class BatchDataLoader(TabDataLoader):
         return nm in self.__dict__ or getattr(type(self), nm) is not getattr(BatchDataLoader, nm)
 
     def get_idxs(self):
-        "Row order of an epoch as a CPU LongTensor (what `get_preds(reorder=True)` reads); training draws it on the device."
+        """Row order of an epoch as a CPU LongTensor (what `get_preds(reorder=True)` reads); training draws it on the
+        device."""
         order = self.draw_order()
         return torch.arange(self.n) if order is None else order.cpu()
 

@@ -145,7 +145,8 @@ class TabularModelGPU(TabularModel):
         else:
             self.fused = None
             self.embeds = nn.ModuleList([_Bag(ni, nf, bag_mode, sparse=i in self.sparse) if i in self.bags
-                                         else _embedding(ni, nf, sparse=i in self.sparse) for i,(ni,nf) in enumerate(emb_szs)])
+                                         else _embedding(ni, nf, sparse=i in self.sparse)
+                                         for i,(ni,nf) in enumerate(emb_szs)])
 
     def embed(self, x_cat):
         "The concatenated embeddings of every cat column, in column order."
@@ -164,7 +165,8 @@ class TabularModelGPU(TabularModel):
         return self.layers(x)
 
     def unfused_state_dict(self) -> dict:
-        "A state dict with one `embeds.{i}.weight` per column, as the unfused model (and fastai's TabularModel) name them."
+        """A state dict with one `embeds.{i}.weight` per column, as the unfused model (and fastai's TabularModel) name
+        them."""
         sd = {k:v for k,v in self.state_dict().items() if not k.startswith('fused.')}
         if self.fused is not None:
             for i,w in enumerate(self.fused.column_weights()): sd[f'embeds.{i}.weight'] = w.detach().clone()

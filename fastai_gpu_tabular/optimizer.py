@@ -62,7 +62,8 @@ def lamb_foreach_step(
     eps:float, # Added for numerical stability
     wd:float, # Weight decay (true or L2)
     decouple_wd:bool=True, # Apply true weight decay or L2 regularization
-    do_adapt:list=None # Whether each parameter gets the trust ratio (state 'do_adapt'); those that don't take Adam's step
+    # Whether each parameter gets the trust ratio (state 'do_adapt'); those that don't take Adam's step
+    do_adapt:list=None
 ):
     "fastai's `weight_decay|l2_reg`, `average_grad(dampening=True)`, `average_sqr_grad` and `lamb_step` as foreach ops"
     if wd != 0:
@@ -271,7 +272,8 @@ def scale_wd(
     if (lr is None) != (ref_lr is None): raise ValueError("pass both lr and ref_lr, or neither")
     _check_bs(bs, ref_bs)
     if not wd >= 0: raise ValueError(f"wd must be non-negative, got {wd!r}")
-    if lr is not None and not (lr > 0 and ref_lr > 0): raise ValueError(f"lr and ref_lr must be positive, got {lr!r}, {ref_lr!r}")
+    if lr is not None and not (lr > 0 and ref_lr > 0):
+        raise ValueError(f"lr and ref_lr must be positive, got {lr!r}, {ref_lr!r}")
     return wd * bs/ref_bs * (1 if lr is None else ref_lr/lr)
 
 def warmup_pct(
@@ -293,9 +295,10 @@ def warmup_pct(
 @torch.no_grad()
 def sparse_adam_step(p, grad, state:dict, lr:float, mom:float=0.9, sqr_mom:float=0.99, eps:float=1e-8):
     """`torch.optim.SparseAdam`'s update of the rows of `p` in the sparse `grad` (same moments and bias correction),
-    with moments kept for the rows ever touched only: `state['slot']` maps a row to its moments (-1: none yet, 4 bytes
-    a row), `exp_avg`/`exp_avg_sq` grow by half (never past the table), and `state['n']` rows of them are used. A step
-    costs the rows in `grad`, not the table. New rows need their count on the host: one sync per step and table on CUDA."""
+    with moments kept for the rows ever touched only: `state['slot']` maps a row to its moments (-1: none yet, 4 bytes a
+    row), `exp_avg`/`exp_avg_sq` grow by half (never past the table), and `state['n']` rows of them are used. A step
+    costs the rows in `grad`, not the table. New rows need their count on the host: one sync per step and table on
+    CUDA."""
     g = grad.coalesce()
     rows,vals = g.indices()[0],g.values()
     if 'slot' not in state:

@@ -1,4 +1,5 @@
-"fastai's own `Categorify`, `FillMissing`, `Normalize` and `Categorize`, computed on the frame's device (cuDF or pandas)."
+"""fastai's own `Categorify`, `FillMissing`, `Normalize` and `Categorize`, computed on the frame's device (cuDF or
+pandas)."""
 from __future__ import annotations
 
 import functools
@@ -33,10 +34,10 @@ __all__ = ['Categorify', 'register_procs', 'register_proc', 'category_map', 'fre
            'categorify_codes']
 
 class Categorify(fatc.Categorify):
-    """fastai's `Categorify`, plus options for huge ID columns: values seen fewer than `min_freq` times in the
-    training rows, or beyond the `max_vocab` most frequent, go to `#na#` (ties broken by value, so cuDF and pandas agree),
-    or with `num_buckets` to that many out-of-vocabulary buckets after the vocabulary (hashing.py: the values it lacks,
-    at set-up or later, hashed with `seed`; `classes` shows bucket k as '#bucket{k}#'). With none set it is fastai's
+    """fastai's `Categorify`, plus options for huge ID columns: values seen fewer than `min_freq` times in the training
+    rows, or beyond the `max_vocab` most frequent, go to `#na#` (ties broken by value, so cuDF and pandas agree), or
+    with `num_buckets` to that many out-of-vocabulary buckets after the vocabulary (hashing.py: the values it lacks, at
+    set-up or later, hashed with `seed`; `classes` shows bucket k as '#bucket{k}#'). With none set it is fastai's
     Categorify exactly."""
     def __init__(self,
         min_freq:int=None, # keep values seen at least this often in the training rows
@@ -62,7 +63,8 @@ class Categorify(fatc.Categorify):
         return fatc.Categorify.setups(self, to)
 
 def category_map(values:list, add_na=True) -> CategoryMap:
-    "A fastai `CategoryMap` from values already unique and ordered (its own `__init__` loops over the column in Python)."
+    """A fastai `CategoryMap` from values already unique and ordered (its own `__init__` loops over the column in
+    Python)."""
     res = CategoryMap.__new__(CategoryMap)
     res.items = L(['#na#', *values] if add_na else list(values))
     o2i = {v:i for i,v in enumerate(res.items)}
@@ -78,8 +80,8 @@ def _cat_values(col, strict=False) -> list:
     return [c for c in cats if c in present]
 
 def freq_values(col, min_freq=None, max_vocab=None) -> list:
-    """The vocabulary `Categorify(min_freq, max_vocab)` keeps from `col`: values counted at least `min_freq` times,
-    the `max_vocab` most frequent of them (ties go to the earlier value), in fastai's order (categories', else sorted)."""
+    """The vocabulary `Categorify(min_freq, max_vocab)` keeps from `col`: values counted at least `min_freq` times, the
+    `max_vocab` most frequent of them (ties go to the earlier value), in fastai's order (categories', else sorted)."""
     return keep_frequent(_cat_values(col), to_host(col.value_counts(dropna=True)), min_freq, max_vocab)
 
 def keep_frequent(vals:list, counts, min_freq=None, max_vocab=None) -> list:
@@ -256,7 +258,8 @@ def _normalize_decodes(self, to):
 # --- Categorize (the target of a classification) -------------------------------------------------------------------
 def _categorize_setups(self, to):
     if len(to.y_names) > 0:
-        if self.vocab is None: self.vocab = category_map(_cat_values(to.train.items[to.y_names[0]], strict=True), add_na=False)
+        if self.vocab is None:
+            self.vocab = category_map(_cat_values(to.train.items[to.y_names[0]], strict=True), add_na=False)
         else: self.vocab = CategoryMap(self.vocab, sort=False, add_na=self.add_na)
         self.c = len(self.vocab)
     return self(to)

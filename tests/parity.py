@@ -59,7 +59,8 @@ def assert_same_batches(ref_dl, ours_dl):
         assert ob[0].dtype in (np.int32, np.int64) or str(ob[0].dtype) in ('torch.int32', 'torch.int64')
         np.testing.assert_array_equal(ob[0].cpu().numpy(), rb[0].cpu().numpy())
         np.testing.assert_allclose(ob[1].cpu().numpy(), rb[1].cpu().numpy(), rtol=1e-6, atol=1e-6)
-        if len(rb) > 2: np.testing.assert_array_equal(ob[2].cpu().numpy(), rb[2].cpu().numpy().astype(ob[2].cpu().numpy().dtype))
+        if len(rb) > 2:
+            np.testing.assert_array_equal(ob[2].cpu().numpy(), rb[2].cpu().numpy().astype(ob[2].cpu().numpy().dtype))
 
 # fastai 2.8's TabDataLoader fails on pandas 3: its ReadTabBatch does `tensor(df[cols].values)`, and pandas 3 returns a
 # view of a block there, with negative strides where the columns sit in reverse order ("tensors with negative strides

@@ -8,7 +8,8 @@ from fastai_gpu_tabular import backend as B
 
 def test_import_is_lazy():
     "Importing the package (all of it) neither imports cuDF/CuPy nor initialises CUDA."
-    code = ("import sys, torch; import fastai_gpu_tabular.all, fastai_gpu_tabular.datasets, fastai_gpu_tabular.__main__\n"
+    code = ("import sys, torch; import fastai_gpu_tabular.all, fastai_gpu_tabular.datasets, "
+            "fastai_gpu_tabular.__main__\n"
             "print(sorted(m for m in ('cudf', 'cupy', 'rmm') if m in sys.modules), torch.cuda.is_initialized())")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -18,7 +19,8 @@ def test_frame_type_is_read_without_importing_cudf():
     assert B.backend_of(pd.DataFrame({'a': [1]})) == 'pandas'
     assert not B.is_cudf(pd.Series([1.]))
     with pytest.raises(TypeError, match='Expected a pandas, cuDF or Dask DataFrame, got dict'): B.backend_of({'a': [1]})
-    with pytest.raises(ValueError, match="backend must be 'pandas', 'cudf' or None"): B.to_backend(pd.DataFrame(), 'polars')
+    with pytest.raises(ValueError, match="backend must be 'pandas', 'cudf' or None"):
+        B.to_backend(pd.DataFrame(), 'polars')
 
 def test_require_cudf_says_how(monkeypatch):
     monkeypatch.setattr(B, '_probe', lambda: (None, None, 'no CUDA device is visible'))

@@ -436,7 +436,8 @@ def test_fastai_paths_after_release(backend, tmp_path, monkeypatch):
         out['loaded'] = load_learner(tmp_path/f'{keep_frame}.pkl', cpu=True).predict(df.iloc[7])[2]
         return to, learn, out
     to, learn, got = run(False)
-    assert to.released is not None   # none of the above needed the whole frame back (interp[idxs] rebuilt the valid rows')
+    # none of the above needed the whole frame back (interp[idxs] rebuilt the valid rows')
+    assert to.released is not None
     _, _, ref = run(True, learn.model)
     assert len(got['shown']) == len(ref['shown']) == 2
     for a, b in zip(got['shown'], ref['shown']): pd.testing.assert_frame_equal(a, b)

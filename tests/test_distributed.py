@@ -324,8 +324,8 @@ def test_sparse_tables_step_as_one_process(ranks):
     the sparse tables. In float64, one step: each side's grads are a 1,024-row mean (summed in other orders: within
     bs*eps64 of the per-row grads' size, below 10), and the first step of Adam, lr*g/(|g|+eps), is lr/eps-Lipschitz in
     g, LAMB's at most 10(1+sqrt(n)) times that (its trust ratio, at most 10, and the norms of n elements in it). A row
-    left unsynced, or a wrong average, moves elements by about the lr, 1e-2. (After an epoch in float32 the two would
-    be apart by rounding that each step amplifies, up to lr/eps where grads are tiny: by how much depends on the CPU.)"""
+    left unsynced, or a wrong average, moves elements by about the lr, 1e-2. (After an epoch in float32 the two would be
+    apart by rounding that each step amplifies, up to lr/eps where grads are tiny: by how much depends on the CPU.)"""
     (r0,_),_ = ranks
     df,splits = frame()
     to = sparse_to(df, splits)

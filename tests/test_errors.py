@@ -88,10 +88,12 @@ def test_mixed_types_cannot_be_encoded(adult, as_backend, backend):
         make(df, as_backend, reduce_memory=False)
 
 def test_unseen_target_label(adult, as_backend):
-    "fastai encodes a validation label missing from training as a class index the model does not have; we stop, naming it."
+    """fastai encodes a validation label missing from training as a class index the model does not have; we stop, naming
+    it."""
     df = adult.copy(); df.loc[df.index[-3:], 'income'] = 'unknown'
     splits = (list(range(len(df) - 3)), list(range(len(df) - 3, len(df))))
-    with pytest.raises(ValueError, match=r"target column 'income' has labels not seen in the training rows, e.g. \['unknown'\]"):
+    with pytest.raises(ValueError,
+                       match=r"target column 'income' has labels not seen in the training rows, e.g. \['unknown'\]"):
         make(df, as_backend, splits=splits)
     ref = TabularPandas(df, procs=PROCS, cat_names=list(CATS), cont_names=CONTS, y_names='income', splits=splits)
     codes = ref.items['income'].iloc[-3:]

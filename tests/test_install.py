@@ -113,8 +113,8 @@ def test_readme_install_commands_resolve(checkout, fresh_env, tmp_path):
     git_cmd = git_cmd.replace(f'git+{URL}', f'git+file://{tmp_path}/repo')
     run_together([pip_cmd(c, fresh_env) + ['--dry-run', '--quiet', '--report', tmp_path/f'{i}.json']
                   for i, c in enumerate((cmds[0], git_cmd))], cwd=checkout)
-    for i, c in enumerate((cmds[0], git_cmd)):
-        assert picked(tmp_path/f'{i}.json') == {'fastai-gpu-tabular': importlib.metadata.version('fastai_gpu_tabular')}, c
+    want = {'fastai-gpu-tabular': importlib.metadata.version('fastai_gpu_tabular')}
+    for i, c in enumerate((cmds[0], git_cmd)): assert picked(tmp_path/f'{i}.json') == want, c
 
 def test_kaggle_wheelhouse_install_and_quick_start(checkout, fresh_env, tmp_path):
     """The README's Kaggle path: build the wheelhouse, install from it with no index into an environment that has
@@ -157,11 +157,13 @@ def test_cuda_extras_resolve_to_the_newest_cudf_for_this_pandas(checkout, tmp_pa
     pd_version = Version(importlib.metadata.version('pandas'))
     (tmp_path/'pandas.txt').write_text(f'pandas=={pd_version}\n')
     run_together([pip_cmd(c, sys.executable) + ['--dry-run', '--quiet', '--report', tmp_path/f'{i}.json',
-                                                 '-c', tmp_path/'pandas.txt'] for i, c in enumerate(cmds)], cwd=checkout)
+                                                 '-c', tmp_path/'pandas.txt'] for i, c in enumerate(cmds)],
+                 cwd=checkout)
     for i, c in enumerate(cmds):
         got = picked(tmp_path/f'{i}.json')
         cudf, = [Version(v) for n, v in got.items() if n.startswith('cudf-cu')]
-        print(f'pandas {pd_version}: {c} -> {sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy")))}')
+        pins = sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy")))
+        print(f'pandas {pd_version}: {c} -> {pins}')
         if pd_version.major >= 3: assert cudf >= Version('26.8'), (c, got)
         else: assert Version('25.10') <= cudf <= Version('26.6'), (c, got)
 
@@ -184,7 +186,8 @@ def test_star_import_rebinds_what_readme_says():
     "The names `fastai_gpu_tabular.all` rebinds after `fastai.tabular.all` are the ones the README lists, no more."
     import fastai.tabular.all as fa
     import fastai_gpu_tabular.all as ours
-    rebound = {n for n in ours.__dict__ if not n.startswith('_') and n in fa.__dict__ and fa.__dict__[n] is not ours.__dict__[n]}
+    rebound = {n for n in ours.__dict__
+               if not n.startswith('_') and n in fa.__dict__ and fa.__dict__[n] is not ours.__dict__[n]}
     text = README[README.index('**What the star import replaces.**'):]
     text = text[:text.index('\n\n')]
     assert rebound == {'Categorify', 'tabular_learner', 'Lamb'} and all(f'`{n}`' in text for n in rebound), rebound

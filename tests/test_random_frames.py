@@ -14,7 +14,8 @@ CAT_KINDS = ['bool', 'bool_nan', 'int', 'int_nan', 'float', 'str', 'str_nan', 'c
 CONT_KINDS = ['float', 'float_nan', 'int', 'const', 'float32_nan', 'mostly_nan']
 
 def make_col(kind, n, rng):
-    "One column of `kind`, drawn with `rng`; missing values are NaN (fastai keeps None as a category without reduce_memory)."
+    """One column of `kind`, drawn with `rng`; missing values are NaN (fastai keeps None as a category without
+    reduce_memory)."""
     nan = rng.random(n) < 0.2
     if kind == 'bool': return rng.random(n) < 0.3
     if kind == 'bool_nan': return pd.Series(rng.random(n) < 0.5, dtype=object).mask(nan, np.nan)

@@ -344,7 +344,8 @@ def test_to_fp16_trains(dls, prior):
 def test_sparse_bag_grad_lists_only_rows_the_batch_holds(mode):
     """A sparse multi-hot table's grad lists the rows of the batch's bags and no other: padding (-1) must not list row 0
     (`#na#`), which the lazy Adam step would then move by its momentum though no bag held it. The values are the dense
-    grad's on those rows (exact: the same sums, with weight 0 for the padding), and a batch of empty bags embeds as 0."""
+    grad's on those rows (exact: the same sums, with weight 0 for the padding), and a batch of empty bags embeds as
+    0."""
     torch.manual_seed(0)
     w0 = torch.randn(10, 4, dtype=torch.float64)
     codes = torch.tensor([[1, -1, -1], [3, 1, -1], [5, 3, 2], [-1, -1, -1]])

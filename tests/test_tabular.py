@@ -12,7 +12,8 @@ from fastai_gpu_tabular.datasets import load_adult
 def to(as_backend):
     df = load_adult().iloc[:3000].reset_index(drop=True)
     return TabularGPU(as_backend(df), procs=[Categorify, FillMissing, Normalize], cat_names=['workclass', 'education'],
-                      cont_names=['age', 'hours-per-week'], y_names='income', splits=RandomSplitter(seed=0)(range_of(df)))
+                      cont_names=['age', 'hours-per-week'], y_names='income',
+                      splits=RandomSplitter(seed=0)(range_of(df)))
 
 def test_iloc_and_properties(to):
     sub = to.iloc[:7]
@@ -23,7 +24,8 @@ def test_iloc_and_properties(to):
     # iloc[:, cols] holds just those columns, as fastai's; processing it names the columns it lacks
     part = to.iloc[:, ['age']]
     assert list(part.items.columns) == ['age']
-    with pytest.raises(KeyError, match="column\\(s\\) \\['workclass', 'education', 'hours-per-week'\\] are not in the frame"):
+    with pytest.raises(KeyError,
+                       match="column\\(s\\) \\['workclass', 'education', 'hours-per-week'\\] are not in the frame"):
         part.process()
 
 def test_setters_invalidate_packed_rows(to):
@@ -99,4 +101,5 @@ def test_demo_small_frame_in_a_log():
     lines = r.stdout.splitlines()
     head = next(i for i,l in enumerate(lines) if l.startswith('epoch'))
     assert lines[head].split() == ['epoch', 'train_loss', 'valid_loss', 'accuracy', 'roc_auc_score', 'time']
-    assert [l.split()[0] for l in lines[head+1:head+3]] == ['0', '1'] and all(len(l.split()) == 6 for l in lines[head+1:head+3])
+    assert [l.split()[0] for l in lines[head+1:head+3]] == ['0', '1']
+    assert all(len(l.split()) == 6 for l in lines[head+1:head+3])

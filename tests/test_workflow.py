@@ -55,7 +55,8 @@ def trained(flights, tmp_path_factory):
     set_seed(0)
     to = _tabular(TabularGPU, flights)
     dls = to.dataloaders(bs=1024)
-    learn = tabular_learner(dls, layers=[200, 100], metrics=accuracy, opt_func=Lamb, path=tmp_path_factory.mktemp('learn'))
+    learn = tabular_learner(dls, layers=[200, 100], metrics=accuracy, opt_func=Lamb,
+                            path=tmp_path_factory.mktemp('learn'))
     with learn.no_bar(), learn.no_logging():
         learn.lr_find(show_plot=False)
         learn.fit_one_cycle(3, 3e-2)
@@ -68,7 +69,8 @@ def _capture(monkeypatch, module):
 
 def test_types_and_learner_inputs(trained):
     dls = trained.dls
-    assert isinstance(dls, BatchDataLoaders) and isinstance(dls.train, BatchDataLoader) and isinstance(dls.train, TabDataLoader)
+    assert isinstance(dls, BatchDataLoaders) and isinstance(dls.train, BatchDataLoader)
+    assert isinstance(dls.train, TabDataLoader)
     assert isinstance(dls.device, torch.device)
     assert dls.train.drop_last and dls.train.shuffle and not dls.valid.shuffle
     assert dls.n_inp == 2 and dls.c == 2 and list(dls.cont_names) == CONTS
@@ -246,7 +248,8 @@ def test_regression_and_from_df(flights, tmp_path):
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, 1e-2)
     assert np.isfinite(learn.recorder.values[-1][0])
     try: set_seed(5); ref = TabularDataLoaders.from_df(df.copy(), cat_names=list(CATS), **kw)
-    except ValueError as e:   # fastai 2.8.12 on pandas 3: FillMissing+Normalize can leave `to.conts` with negative strides
+    except ValueError as e:
+        # fastai 2.8.12 on pandas 3: FillMissing+Normalize can leave `to.conts` with negative strides
         if 'negative' not in str(e) or int(pd.__version__.split('.')[0]) < 3: raise
         pytest.skip(f"the reference, fastai's TabularDataLoaders.from_df, fails on pandas {pd.__version__}: {e}")
     for ds_ref, ds in ((ref.train_ds, dls.train_ds), (ref.valid_ds, dls.valid_ds)): assert_same_processing(ds_ref, ds)

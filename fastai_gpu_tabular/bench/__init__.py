@@ -1,4 +1,5 @@
-"""`python -m fastai_gpu_tabular.bench`: this package against stock fastai, measured in the same run on the same machine.
+"""`python -m fastai_gpu_tabular.bench`: this package against stock fastai, measured in the same run on the same
+machine.
 
 One module per suite: `contenders` (the default `fastai` suite: preprocessing, loader, training and memory of stock
 fastai and this package, each in its own process; its JSON schema is in its docstring), `embeddings`, `multi_hot`;

@@ -10,8 +10,9 @@ from .timing import median_ms
 __all__ = ['embedding_suite', 'add_args', 'run', 'format_table']
 
 def embedding_suite(n_table=1_000_000, dim=32, n_small=8, bs=32768, steps=40, device='cpu', seed=0) -> dict:
-    """Dense vs sparse vs fused (vs fused sparse) tables, with a `n_table`-row table among `n_small` small ones, Adam for
-    dense parameters: optimizer step ms, optimizer state MB (allocated) and training rows/s (forward, backward, step).
+    """Dense vs sparse vs fused (vs fused sparse) tables, with a `n_table`-row table among `n_small` small ones, Adam
+    for dense parameters: optimizer step ms, optimizer state MB (allocated) and training rows/s (forward, backward,
+    step).
     Ids are power-law distributed, as a user table sees them: hot rows recur, most of the tail is never touched."""
     import torch
     from fastai.optimizer import Adam
@@ -42,7 +43,8 @@ def embedding_suite(n_table=1_000_000, dim=32, n_small=8, bs=32768, steps=40, de
         big = opt.state[model.fused.weights[-1] if config.startswith('fused') else model.embeds[0].weight]
         res[config] = dict(step_ms=median_ms(t_step), rows_per_s=round(bs / (sorted(t_all)[len(t_all) // 2])),
                            opt_state_mb=round(state / MB, 1), table_mb=round(n_table * dim * 4 / MB, 1),
-                           rows_with_state=big.get('n', n_table + (n_small * 1000 + 1 if config.startswith('fused') else 0)))
+                           rows_with_state=big.get('n', n_table + (n_small * 1000 + 1 if config.startswith('fused')
+                                                                   else 0)))
     return res
 
 def add_args(group):

