@@ -46,7 +46,8 @@ def test_moments_median_mode_against_pandas():
     rng = np.random.default_rng(2)
     n = 50_003
     df = pd.DataFrame({'f32': _wide(rng, n, np.float32), 'f64': _wide(rng, n, np.float64),
-                       'i8': rng.integers(-100, 100, n).astype(np.int8), 'few': rng.integers(0, 6, n).astype(np.float32)})
+                       'i8': rng.integers(-100, 100, n).astype(np.int8),
+                       'few': rng.integers(0, 6, n).astype(np.float32)})
     df.loc[rng.random(n) < 0.2, ['f32', 'few']] = np.nan
     ddf = dd.from_pandas(df, npartitions=7)
     means, stds = exact_moments(ddf.to_delayed(), list(df.columns), dict(df.dtypes))
@@ -55,7 +56,8 @@ def test_moments_median_mode_against_pandas():
         assert stds[c] == df.std(ddof=0)[c], c
     med = exact_median(ddf.to_delayed(), ['f32', 'f64', 'i8'], dict(df.dtypes))
     for c in med: assert med[c] == df[c].median() and type(med[c]) is type(df[c].median()), c
-    assert exact_mode(ddf.to_delayed(), ['few', 'i8']) == {c: df[c].dropna().value_counts().idxmax() for c in ('few', 'i8')}
+    modes = {c: df[c].dropna().value_counts().idxmax() for c in ('few', 'i8')}
+    assert exact_mode(ddf.to_delayed(), ['few', 'i8']) == modes
 
 def test_quantile_from_counts():
     rng = np.random.default_rng(3)
