@@ -11,25 +11,21 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from ..backend import encode_codes, sorted_uniques, to_host, to_pandas
+from ..backend import sorted_uniques, to_host, to_pandas
 from ..groupby import JoinGroupby
 from ..procs import register_proc
 from ..target import category_sums
 from .stats import compute, delayed, exact_moments
+from .target import category_codes
 
 __all__ = ['register_dask_groupby']
-
-def _codes(part, n:str, vocab:list, nan:bool):
-    "Column `n`'s category codes against `vocab` (the training rows' values), missing values last (`nan`)."
-    c = to_host(encode_codes(part[n], vocab, add=0)).to_numpy().astype('int64')
-    return np.where(c < 0, len(vocab), c) if nan else c
 
 def _group_step(state:dict, part, conts:list, vocabs:dict, means:dict|None=None) -> dict:
     """One partition's rows added, in row order, onto `state` ({(cat, cont): (counts, sums)}): each category's
     non-missing values and their sum, or (`means` given) their squared deviations from the category's mean."""
     res = {}
     for n,(vocab,nan) in vocabs.items():
-        codes, k = _codes(part, n, vocab, nan), len(vocab) + nan
+        codes, k = category_codes(part, n, vocab, nan), len(vocab) + nan
         for x in conts:
             v = to_host(part[x]).to_numpy('f8', na_value=np.nan)
             ok = ~np.isnan(v)

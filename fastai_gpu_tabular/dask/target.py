@@ -22,7 +22,7 @@ from ..target import (
 from .split import valid_mask
 from .stats import compute, delayed, exact_moments
 
-__all__ = ['register_dask_target']
+__all__ = ['register_dask_target', 'category_codes']
 
 _ALL = -1   # the fold key of the statistic of all training rows
 _ROW = '__target_encode_row__'   # each training row's position among them, a column while encoding
@@ -50,7 +50,7 @@ def _host_moments(y, kind:str, n_classes:int, rows=None) -> tuple:
     ind = {f'y{i}': (y == i).astype('int64') for i in range(n_classes)}
     return {t: float(np.mean(v)) for t,v in ind.items()}, {t: float(np.var(v)) for t,v in ind.items()}
 
-def _codes(part, n:str, vocab:list, nan:bool):
+def category_codes(part, n:str, vocab:list, nan:bool):
     "Column `n`'s category codes against `vocab` (the training rows' values), missing values last (`nan`)."
     c = to_host(encode_codes(part[n], vocab, add=0)).to_numpy().astype('int64')
     return np.where(c < 0, len(vocab), c) if nan else c
@@ -63,7 +63,7 @@ def _sums_step(state:dict, part, folds, y:str, kind:str, classes, vocabs:dict, w
     rows = {f: None if f == _ALL else folds != f for f in dict.fromkeys(f for f,_,_ in state)}
     res = {}
     for n,(vocab,nan) in vocabs.items():
-        codes, k = _codes(part, n, vocab, nan), len(vocab) + nan
+        codes, k = category_codes(part, n, vocab, nan), len(vocab) + nan
         for t in ys.columns:
             w = ys[t].to_numpy()
             if what == 'counts': w = np.ones(len(w))
@@ -149,7 +149,7 @@ def _encode_oof_part(part, proc, oof:dict):
     for n,(folds,tables) in oof.items():
         e = proc.encodings[n]
         nan = bool(len(e)) and bool(pd.isna(e.index[-1]))
-        vals = tables[folds[row[tr]], _codes(part, n, list(e.index[:len(e) - nan]), nan)[tr]]
+        vals = tables[folds[row[tr]], category_codes(part, n, list(e.index[:len(e) - nan]), nan)[tr]]
         for i,c in enumerate(proc.out_names(n)):
             v = to_host(res[c]).to_numpy('f8', copy=True)
             v[tr] = vals[:, i]
