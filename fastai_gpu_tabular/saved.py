@@ -5,13 +5,18 @@ fastai's attribute names (typed JSON: see `SAVED_TYPES`), and the size and sha25
 (`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import io
 import json
 import math
+import mmap
+import os
 import re
 import shutil
+import struct
+import sys
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -287,18 +292,30 @@ def file_digest(path) -> str:
         while b := f.read(1 << 24): h.update(b)
     return h.hexdigest()
 
-def _write_npy(path:Path, a:np.ndarray) -> dict:
-    "Write `a` as a `.npy` file (what `np.save` writes), hashing it as it goes: its entry in the manifest."
-    a = np.ascontiguousarray(a)
+# a rows file's header is as long as where its rows go in the loaded rows, modulo this: so a load maps its pages
+_PAGE = 4096
+
+def _npy_header(a:np.ndarray, at:int|None=None) -> bytes:
+    """`a`'s `.npy` header (what `np.save` writes); with `at` (the byte where its rows go in the loaded rows), padded
+    with spaces, as numpy pads it, to a length equal to `at` modulo `_PAGE`, so that its rows' file pages line up."""
     head = io.BytesIO()
     np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(a))
-    h = hashlib.sha256(head.getvalue())
+    b = head.getvalue()
+    if at is None: return b
+    n = len(b) + (at - len(b)) % _PAGE
+    return b[:8] + struct.pack('<H', n - 10) + b[10:-1] + b' ' * (n - len(b)) + b'\n'
+
+def _write_npy(path:Path, a:np.ndarray, at:int|None=None) -> dict:
+    "Write `a` as a `.npy` file (header as `_npy_header`), hashing it as it goes: its entry in the manifest."
+    a = np.ascontiguousarray(a)
+    head = _npy_header(a, at)
+    h = hashlib.sha256(head)
     body = memoryview(a.reshape(-1)).cast('B') if a.size else b''
     h.update(body)
     with open(path, 'wb') as f:
-        f.write(head.getvalue())
+        f.write(head)
         f.write(body)
-    return {'bytes': len(head.getvalue()) + len(body), 'sha256': h.hexdigest()}
+    return {'bytes': len(head) + len(body), 'sha256': h.hexdigest()}
 
 def _write_text(path:Path, text:str) -> dict:
     b = text.encode()
@@ -321,31 +338,83 @@ def _read_bytes(path:Path, entry:dict, verify:bool) -> bytes:
     if verify and hashlib.sha256(b).hexdigest() != entry['sha256']: raise _bad_digest(path)
     return b
 
-def _read_rows(path:Path, entry:dict, out:torch.Tensor) -> tuple:
-    """Read the `.npy` file at `path` into `out` (int32 rows, its shape), checking its header and size: `(hash, rows)`,
-    the sha256 of its header and the bytes read, for `_check_digest`."""
-    _check_size(path, entry)
-    with open(path, 'rb', buffering=0) as f:
-        try:
-            major,_ = np.lib.format.read_magic(f)
-            shape,fortran,dtype = (np.lib.format.read_array_header_1_0 if major == 1 else
-                                   np.lib.format.read_array_header_2_0)(f)
-        except ValueError as e: raise SavedFormatError(f"{path} is not a .npy file: {e}") from None
-        if dtype != np.dtype('<i4') or fortran or tuple(shape) != tuple(out.shape):
-            raise SavedFormatError(f"{path} holds {dtype} {tuple(shape)} rows, not the int32 {tuple(out.shape)} saved")
-        n = f.tell()
-        f.seek(0)
-        h = hashlib.sha256(f.read(n))
-        buf = memoryview(out.numpy().reshape(-1)).cast('B') if out.numel() else memoryview(b'')
-        got = 0
-        while got < len(buf):
-            k = f.readinto(buf[got:])
-            if not k: raise SavedFormatError(f"{path} ends before its rows do: truncated")
-            got += k
-    return h, buf
+def _read_header(f, path:Path, shape:tuple) -> int:
+    "Check the `.npy` header of the open rows file `f` (int32 rows of `shape`): its length."
+    try:
+        major,_ = np.lib.format.read_magic(f)
+        got,fortran,dtype = (np.lib.format.read_array_header_1_0 if major == 1 else
+                             np.lib.format.read_array_header_2_0)(f)
+    except ValueError as e: raise SavedFormatError(f"{path} is not a .npy file: {e}") from None
+    if dtype != np.dtype('<i4') or fortran or tuple(got) != shape:
+        raise SavedFormatError(f"{path} holds {dtype} {tuple(got)} rows, not the int32 {shape} saved")
+    n = f.tell()
+    if os.fstat(f.fileno()).st_size != n + math.prod(shape) * 4:
+        raise SavedFormatError(f"{path} ends before its rows do: truncated")
+    return n
+
+def _read_into(f, buf:memoryview, at:int, path:Path):
+    "Bytes `at:` of the open file `f` (at `path`) into all of `buf`."
+    f.seek(at)
+    got = 0
+    while got < len(buf):
+        k = f.readinto(buf[got:])
+        if not k: raise SavedFormatError(f"{path} ends before its rows do: truncated")
+        got += k
+
+if sys.platform == 'linux':
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+    _LIBC.mmap.restype = ctypes.c_void_p
+    _LIBC.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+else: _LIBC = None
+_MAP_FIXED = 0x10   # Linux's: mmap's module does not name it
+
+def _rows_memory(nbytes:int) -> mmap.mmap|None:
+    "Private memory for the loaded rows, which `_map_file` maps rows files into (on Linux), or None."
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE) if _LIBC is not None and nbytes else None
+
+def _map_file(mem:mmap.mmap, at:int, f, off:int, n:int) -> tuple[int, int]:
+    """Map the whole pages of bytes `off:off+n` of the open file `f` over bytes `at:at+n` of `mem`, copy on write (so
+    the rows are the page cache's pages, not a copy of them): `(lo, hi)`, the bytes of `mem` mapped (none: `lo==hi`)."""
+    lo, hi = -(-at // _PAGE) * _PAGE, (at + n) // _PAGE * _PAGE
+    if (off - at) % _PAGE or hi <= lo: return at, at   # a file saved before headers were padded: read
+    c = ctypes.c_char.from_buffer(mem)
+    base = ctypes.addressof(c)
+    del c   # the buffer export, or `mem` could never be unmapped
+    flags = mmap.MAP_PRIVATE | _MAP_FIXED
+    got = _LIBC.mmap(base + lo, hi - lo, mmap.PROT_READ | mmap.PROT_WRITE, flags, f.fileno(), off + lo - at)
+    return (lo, hi) if got == base + lo else (at, at)   # MAP_FIXED replaces `mem`'s pages there, or fails: read
+
+def _load_rows(path:Path, files:list, entries:dict, width:int, verify:bool, pb) -> torch.Tensor:
+    """The rows of `files` (`[(name, rows)]` in row order) in one int32 tensor, each file's header and size checked
+    and (with `verify`) its sha256, the first that differs named, in row order. On Linux, rows files saved with padded
+    headers are mapped (copy on write), not read: the rows are the page cache's pages, so loading copies nothing and
+    allocates no fresh memory; hashing them in threads reads them once. A new `save` into the folder writes new files
+    and leaves the loaded rows as they were; altering the files in place would show through."""
+    total = sum(n for _,n in files)
+    mem = _rows_memory(total * width * 4)
+    rows = torch.empty((total, width), dtype=torch.int32) if mem is None else \
+           torch.frombuffer(mem, dtype=torch.int32).view(total, width)
+    buf = memoryview(rows.numpy().reshape(-1)).cast('B') if total * width else memoryview(b'')
+    at, checks = 0, []
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:   # hashlib lets other threads run meanwhile
+        for name,n in files:
+            f, entry, nb = path/name, entries[name], n * width * 4
+            _check_size(f, entry)
+            with open(f, 'rb', buffering=0) as fh:
+                head = _read_header(fh, f, (n, width))
+                lo, hi = _map_file(mem, at, fh, head, nb) if mem is not None else (at, at)
+                for a,b in ((at, lo), (hi, at + nb)):
+                    if b > a: _read_into(fh, buf[a:b], head + a - at, f)
+                if verify:
+                    fh.seek(0)
+                    checks.append(pool.submit(_check_digest, f, entry, hashlib.sha256(fh.read(head)), buf[at:at + nb]))
+            at += nb
+            pb.update(n)
+        for c in checks: c.result()
+    return rows
 
 def _check_digest(path:Path, entry:dict, h, buf):
-    "The file's sha256 (`h` holding its header's) is the one saved (hashlib lets other threads run meanwhile)."
+    "The file's sha256 (`h` holding its header's) is the one saved."
     h.update(buf)
     if h.hexdigest() != entry['sha256']: raise _bad_digest(path)
 
@@ -359,15 +428,17 @@ def _index_entry(index, path:Path, files:dict) -> dict:
     files['index.npy'] = _write_npy(path/'index.npy', np.asarray(index, dtype=np.int64))
     return {'file': 'index.npy'}
 
-def _write_split(path:Path, name:str, rows:torch.Tensor, layout:Layout, chunk_rows:int, files:dict, pb) -> list:
-    "Rows of one split in `chunk_rows` files of `path/name` (a `PackedChunks` folder): `[file, rows]` of each."
+def _write_split(path:Path, name:str, rows:torch.Tensor, layout:Layout, chunk_rows:int, files:dict, pb,
+                 at:int=0) -> list:
+    """Rows of one split in `chunk_rows` files of `path/name` (a `PackedChunks` folder): `[file, rows]` of each. The
+    split's rows start at row `at` of the whole (their headers padded for that: see `_npy_header`)."""
     d = path/name
     d.mkdir()
     parts = []
     for i,a in enumerate(range(0, len(rows), chunk_rows)):
         f = f'part.{i:05d}.npy'
         part = rows[a:a + chunk_rows]
-        files[f'{name}/{f}'] = _write_npy(d/f, part.numpy())
+        files[f'{name}/{f}'] = _write_npy(d/f, part.numpy(), (at + a) * rows.shape[1] * 4)
         parts.append([f, len(part)])
         pb.update(len(part))
     PackedChunks.write(d, parts, layout, rows.shape[1])
@@ -414,8 +485,8 @@ def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
             'index': _index_entry(to.row_index, path, files), 'layout': layout.to_json(), 'width': rows.shape[1],
             'procs': procs}
     with progress_rows(len(rows), f'saving to {path}', progress) as pb:
-        meta['splits'] = {k: _write_split(path, k, r, layout, int(chunk_rows), files, pb)
-                          for k,r in (('train', rows[:to.split]), ('valid', rows[to.split:]))}
+        meta['splits'] = {k: _write_split(path, k, r, layout, int(chunk_rows), files, pb, a)
+                          for k,r,a in (('train', rows[:to.split], 0), ('valid', rows[to.split:], to.split))}
     meta['files'] = files
     # the manifest last: a save cut short has none, so it cannot be loaded
     (path/MANIFEST).write_text(json.dumps(meta, allow_nan=False))   # no indent: C's encoder, not Python's
@@ -497,16 +568,8 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
                                "altered") from e
     n_train, total = sum(n for _,n in splits[0]), sum(n for s in splits for _,n in s)
     if total != len(index): raise SavedFormatError(f"{path/MANIFEST}: {total} rows saved, {len(index)} row labels")
-    rows, at = torch.empty((total, width), dtype=torch.int32), 0
-    # each file hashed in a thread while the next one is read
-    with progress_rows(total, f'loading {path}', progress) as pb, ThreadPoolExecutor(1) as pool:
-        checks = []
-        for f,n in splits[0] + splits[1]:
-            h, buf = _read_rows(path/f, meta['files'][f], rows[at:at + n])
-            if verify: checks.append(pool.submit(_check_digest, path/f, meta['files'][f], h, buf))
-            at += n
-            pb.update(n)
-        for c in checks: c.result()   # the first file that differs, in row order
+    with progress_rows(total, f'loading {path}', progress) as pb:
+        rows = _load_rows(path, splits[0] + splits[1], meta['files'], width, verify, pb)
     # on the host, a frame the packed rows can rebuild is left to them (as `release_frame` leaves it): built from its
     # dtypes alone, then released; otherwise (multi-hot lists, or to cuDF) built from the rows now
     lazy = backend in (None, 'pandas') and not meta['multi_hot']

@@ -1,8 +1,10 @@
 """`TabularGPU.save`/`load`: the processed rows and procs' state as plain data. A loaded Tabular against the one saved
 and fastai's TabularPandas on Adult, MovieLens (a multi-hot genres column, NaN filled) and flights (a Timestamp
 vocabulary); loaded in a fresh process where unpickling fails; damaged files, versions and bad state named."""
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -382,3 +384,60 @@ def test_target_and_groupby_procs_saved(case, adult, ml, tmp_path):
     assert_same_loaders(ours, loaded)
     a, b = (_batches(to.dataloaders(bs=1024, shuffle=False).test_dl(raw)) for to in (ours, loaded))
     assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+
+def _header_len(f:Path) -> int:
+    with open(f, 'rb') as fh:
+        major,_ = np.lib.format.read_magic(fh)
+        (np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0)(fh)
+        return fh.tell()
+
+@pytest.mark.skipif(sys.platform != 'linux', reason='rows files are mapped on Linux only')
+def test_rows_files_mapped_not_copied(adult, tmp_path):
+    """Each rows file's header is as long as where its rows go in the whole, modulo a 4096-byte page, and numpy reads
+    it; a load maps the files' pages (they show in /proc/self/maps) and still checks them (a bit flipped inside a
+    mapped page is named); a new save into the folder, or removing it, leaves the loaded rows as they were."""
+    ours = TabularGPU(adult, procs=[Categorify, FillMissing, Normalize], splits=RandomSplitter(seed=0)(range_of(adult)),
+                      **ADULT)
+    d = tmp_path/'s'
+    ours.save(d, chunk_rows=5000, progress=False)
+    rows, _ = ours.packed_rows('cpu')
+    meta, at = json.loads((d/'tabular.json').read_text()), 0
+    names = [f'{k}/{f}' for k in ('train', 'valid') for f,_ in meta['splits'][k]]
+    for name in names:
+        part = np.load(d/name)
+        np.testing.assert_array_equal(part, rows[at:at + len(part)].numpy())
+        assert _header_len(d/name) % 4096 == at * rows.shape[1] * 4 % 4096, name
+        at += len(part)
+    assert at == len(rows) and len(names) > 4
+    loaded = TabularGPU.load(d, progress=False)
+    got, _ = loaded.packed_rows('cpu')
+    assert torch.equal(got, rows)
+    maps = Path('/proc/self/maps').read_text()
+    assert all(str((d/n).resolve()) in maps for n in names)
+    shutil.copytree(d, tmp_path/'copy')
+    _flip(tmp_path/'copy'/'train'/'part.00001.npy', 8192)
+    with pytest.raises(SavedFormatError, match=r"train/part\.00001\.npy does not match the sha256"):
+        TabularGPU.load(tmp_path/'copy')
+    other = TabularGPU(adult.iloc[::-1].reset_index(drop=True), procs=[Categorify, FillMissing, Normalize], **ADULT)
+    other.save(d, chunk_rows=5000, progress=False)
+    assert not torch.equal(other.packed_rows('cpu')[0], rows) and torch.equal(got, rows)
+    shutil.rmtree(d)
+    assert torch.equal(got, rows)
+    assert_same_frame(ours, loaded)   # the frame left to the packed rows, rebuilt from them now
+
+def test_files_saved_with_plain_headers_load(saved):
+    "Rows files whose headers are as `np.save` writes them (as saves before padded headers): read, checked, the same."
+    want = TabularGPU.load(saved, progress=False).packed_rows('cpu')[0].clone()
+    m = saved/'tabular.json'
+    meta = json.loads(m.read_text())
+    for name in meta['files']:
+        if name.endswith('.npy') and '/' in name:
+            np.save(saved/name, np.load(saved/name))
+            b = (saved/name).read_bytes()
+            meta['files'][name] = {'bytes': len(b), 'sha256': hashlib.sha256(b).hexdigest()}
+            assert _header_len(saved/name) == 128
+    m.write_text(json.dumps(meta))
+    assert torch.equal(TabularGPU.load(saved, progress=False).packed_rows('cpu')[0], want)
+    _flip(saved/'valid'/'part.00000.npy', 200)
+    with pytest.raises(SavedFormatError, match=r"valid/part\.00000\.npy does not match the sha256"):
+        TabularGPU.load(saved)
