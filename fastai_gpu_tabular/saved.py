@@ -2,7 +2,8 @@
 writes the packed rows (train/ and valid/ `PackedChunks` folders: `.npy` int32 files, as the streaming loader reads
 them) and `tabular.json`: the names, the split, the frame's dtypes and row index, each proc's learned state under
 fastai's attribute names (typed JSON: see `SAVED_TYPES`), and the size and sha256 of every file. `load_tabular`
-(`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`."""
+(`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`; on
+Linux it maps the rows files' pages (their headers are padded for that) rather than reading them."""
 from __future__ import annotations
 
 import ctypes
@@ -428,22 +429,29 @@ def _index_entry(index, path:Path, files:dict) -> dict:
     files['index.npy'] = _write_npy(path/'index.npy', np.asarray(index, dtype=np.int64))
     return {'file': 'index.npy'}
 
-def _write_split(path:Path, name:str, rows:torch.Tensor, layout:Layout, chunk_rows:int, files:dict, pb,
-                 at:int=0) -> list:
-    """Rows of one split in `chunk_rows` files of `path/name` (a `PackedChunks` folder): `[file, rows]` of each. The
-    split's rows start at row `at` of the whole (their headers padded for that: see `_npy_header`)."""
+def _write_split(path:Path, name:str, parts, layout:Layout, width:int, files:dict, pb, at:int=0) -> list:
+    """Rows of one split in files of `path/name` (a `PackedChunks` folder), one a block of `parts` (int32 arrays, made
+    one at a time): `[file, rows]` of each. The split's rows start at row `at` of the whole (see `_npy_header`)."""
     d = path/name
     d.mkdir()
-    parts = []
-    for i,a in enumerate(range(0, len(rows), chunk_rows)):
+    res = []
+    for i,part in enumerate(parts):
         f = f'part.{i:05d}.npy'
-        part = rows[a:a + chunk_rows]
-        files[f'{name}/{f}'] = _write_npy(d/f, part.numpy(), (at + a) * rows.shape[1] * 4)
-        parts.append([f, len(part)])
+        files[f'{name}/{f}'] = _write_npy(d/f, part, at * width * 4)
+        res.append([f, len(part)])
+        at += len(part)
         pb.update(len(part))
-    PackedChunks.write(d, parts, layout, rows.shape[1])
+    PackedChunks.write(d, res, layout, width)
     files[f'{name}/chunks.json'] = {'bytes': (d/'chunks.json').stat().st_size, 'sha256': file_digest(d/'chunks.json')}
-    return parts
+    return res
+
+def _blocks(rows:torch.Tensor, chunk_rows:int):
+    "The host `rows` in blocks of `chunk_rows`."
+    for a in range(0, len(rows), chunk_rows): yield rows[a:a + chunk_rows].numpy()
+
+def _chunk_blocks(chunks:PackedChunks, chunk_rows:int):
+    "The rows of `chunks` (a `TabularDask`'s, on disk) in blocks of at most `chunk_rows`, read one at a time."
+    for i,a,b in chunks.pieces(chunk_rows): yield chunks.read(i, a, b).numpy()
 
 def _clear(path:Path):
     "Make `path` an empty folder to save into: new, empty, or holding an earlier save (which is replaced)."
@@ -458,11 +466,13 @@ def _clear(path:Path):
 
 def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
     """Save the processed Tabular `to` in the folder `path` (see the module's docstring); `chunk_rows` rows a file.
-    Writes nothing but plain data: the learned state must be of `SAVED_TYPES` (a TypeError naming the column if not)."""
-    if is_dask(getattr(to, 'items', None)):
-        raise NotImplementedError("save a TabularDask: not yet; its packed rows are already chunks in `to.chunk_dir`")
+    Writes nothing but plain data: the learned state must be of `SAVED_TYPES` (a TypeError naming the column if not).
+    A `TabularDask` is saved from its chunks, `chunk_rows` rows in memory at a time, on a range index."""
     if int(chunk_rows) != chunk_rows or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    dask = is_dask(getattr(to, 'items', None))
+    if dask and getattr(to, 'chunks', None) is None:
+        raise RuntimeError("this TabularDask is not processed yet: call `process()` before saving it")
     named = set(to.cat_names) | set(to.cont_names) | set(to.y_names)
     columns = [c for c in to.column_names if c in named]
     dtypes = to.released.dtypes if to.released is not None else dict(to.items.dtypes)
@@ -472,7 +482,15 @@ def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
             raise TypeError(f"column {c!r} holds {d} values after processing: a saved Tabular holds numbers (process "
                             "it first, with Categorify for categories)")
     procs = [_proc_state(p) for p in to.procs.fs]   # before writing: a TypeError leaves nothing behind
-    rows,layout = to.packed_rows('cpu')
+    # a TabularDask's rows are streamed from its chunks, a block at a time, on a range index (partitions' labels
+    # are seldom unique, and reading them would be another pass); the in-memory Tabular's from its packed rows
+    chunk_rows = int(chunk_rows)
+    if dask:
+        layout, width = to.chunks[0].layout, to.chunks[0].width
+        blocks = [_chunk_blocks(c, chunk_rows) for c in to.chunks]
+    else:
+        rows,layout = to.packed_rows('cpu')
+        width, blocks = rows.shape[1], [_blocks(rows[:to.split], chunk_rows), _blocks(rows[to.split:], chunk_rows)]
     path = Path(path)
     _clear(path)
     files = {}
@@ -482,11 +500,12 @@ def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
             'cat_names': list(to.cat_names), 'cont_names': list(to.cont_names), 'y_names': list(to.y_names),
             'multi_hot': dict(to.multi_hot), 'columns': columns,
             'dtypes': {c: 'object' if c in to.multi_hot else dtypes[c].name for c in columns},
-            'index': _index_entry(to.row_index, path, files), 'layout': layout.to_json(), 'width': rows.shape[1],
+            'index': _index_entry(pd.RangeIndex(len(to)) if dask else to.row_index, path, files),
+            'layout': layout.to_json(), 'width': width,
             'procs': procs}
-    with progress_rows(len(rows), f'saving to {path}', progress) as pb:
-        meta['splits'] = {k: _write_split(path, k, r, layout, int(chunk_rows), files, pb, a)
-                          for k,r,a in (('train', rows[:to.split], 0), ('valid', rows[to.split:], to.split))}
+    with progress_rows(len(to), f'saving to {path}', progress) as pb:
+        meta['splits'] = {k: _write_split(path, k, b, layout, width, files, pb, a)
+                          for k,b,a in (('train', blocks[0], 0), ('valid', blocks[1], to.split))}
     meta['files'] = files
     # the manifest last: a save cut short has none, so it cannot be loaded
     (path/MANIFEST).write_text(json.dumps(meta, allow_nan=False))   # no indent: C's encoder, not Python's

@@ -332,12 +332,35 @@ def test_folders_are_packed_chunks(saved):
     a, b = _batches(StreamDataLoader(valid, bs=256, shuffle=False)), _batches(loaded.dataloaders(bs=256).valid)
     assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
 
-def test_dask_tabular_is_not_saved_yet(adult, tmp_path):
-    dd = pytest.importorskip('dask.dataframe', reason='the `dask` extra')
-    to = TabularGPU(dd.from_pandas(adult.iloc[:2000], npartitions=2), procs=[Categorify], cat_names=['workclass'],
-                    y_names='income', y_block=CategoryBlock(), chunk_dir=tmp_path/'c', progress=False)
-    with pytest.raises(NotImplementedError, match='TabularDask'): to.save(tmp_path/'d')
-    assert not (tmp_path/'d').exists()
+def test_dask_tabular_saved_as_in_memory(adult, tmp_path):
+    """A TabularDask of Adult in 4 partitions, saved (from its chunks, `chunk_rows` at a time) and loaded, against the
+    in-memory TabularGPU of the same rows saved and loaded: the same packed rows, procs' state, dtypes and batches (on
+    a range index: a Dask frame's row labels are its partitions')."""
+    dask = pytest.importorskip('dask', reason='the `dask` extra')
+    import dask.dataframe as dd
+    df = adult.copy()
+    df['is_valid'] = False
+    df.loc[RandomSplitter(seed=0)(range_of(df))[1], 'is_valid'] = True
+    ddf = dd.from_pandas(df, npartitions=4)
+    mem = ddf.compute()   # the rows the partitions hold, with the dtypes Dask gave them
+    kw = lambda: dict(procs=[Categorify, FillMissing, Normalize], **ADULT)
+    with dask.config.set(scheduler='sync'):
+        to = TabularGPU(ddf, splits='is_valid', chunk_dir=tmp_path/'c', progress=False, **kw())
+        idle = TabularGPU(ddf, splits='is_valid', chunk_dir=tmp_path/'c2', progress=False, do_setup=False, **kw())
+        with pytest.raises(RuntimeError, match='not processed yet'): idle.save(tmp_path/'idle')
+        to.save(tmp_path/'d', chunk_rows=3000, progress=False)
+    tg = TabularGPU(mem, splits=fatc.ColSplitter('is_valid')(mem), **kw())
+    tg.save(tmp_path/'m', progress=False)
+    a, b = TabularGPU.load(tmp_path/'d', progress=False), TabularGPU.load(tmp_path/'m', progress=False)
+    assert type(a) is TabularGPU and a.split == b.split == tg.split and len(a) == len(tg)
+    assert torch.equal(a.packed_rows('cpu')[0], tg.packed_rows('cpu')[0]) and a.packed_rows()[1] == b.packed_rows()[1]
+    da, dm = (json.loads((tmp_path/d/'tabular.json').read_text()) for d in ('d', 'm'))
+    for k in ('procs', 'cat_names', 'cont_names', 'y_names', 'dtypes', 'layout', 'width'): assert da[k] == dm[k], k
+    assert sorted(da['columns']) == sorted(dm['columns'])   # the Dask frame's are named ones first
+    assert da['index'] == {'start': 0, 'stop': len(tg), 'step': 1}
+    assert all(n <= 3000 for k in ('train', 'valid') for _,n in da['splits'][k]) and len(da['splits']['train']) > 4
+    pd.testing.assert_frame_equal(a.items, b.items[da['columns']].reset_index(drop=True))
+    assert_same_loaders(a, b)
 
 def test_hashing_procs_saved(adult, tmp_path):
     """HashedCross, HashBucket and Categorify(num_buckets) round trip: the loaded Tabular's rows, and its codes of raw
