@@ -98,12 +98,14 @@ def encode_values(values, where:str) -> dict:
     if len(set(tags)) > 1: return {'types': tags, 'values': vals}
     return {'type': tags[0] if tags else 'str', 'values': vals}
 
-def decode_values(d:dict) -> list:
-    "The values `encode_values` wrote."
+def decode_values(d:dict, copy:bool=True) -> list:
+    "The values `encode_values` wrote (a str list is `d`'s own list unless `copy`)."
     vals = d['values']
+    if not isinstance(vals, list): raise ValueError(f"values written as a {type(vals).__name__}, not a list")
     if 'types' not in d and d['type'] == 'str':   # the common case (big string vocabularies), checked at once
-        if vals and set(map(type, vals)) != {str}: raise ValueError("a str list holding non-strings")
-        return list(vals)
+        try: ''.join(vals)   # C's loop: a TypeError at the first non-string
+        except TypeError: raise ValueError("a str list holding non-strings") from None
+        return list(vals) if copy else vals
     tags = d['types'] if 'types' in d else [d['type']] * len(vals)
     if len(tags) != len(vals): raise ValueError("a typed list with as many types as values")
     return [_typed(t, v) for t,v in zip(tags, vals)]
@@ -128,8 +130,9 @@ def _enc_map(cm:CategoryMap, where:str) -> dict:
     if na and (not items or items[0] != '#na#'): raise TypeError(f"{where} maps unknown values but has no '#na#' first")
     return {'na': na, **encode_values(items[1:] if na else items, where)}
 def _dec_map(d:dict) -> CategoryMap:
-    na = bool(d['na'])
-    return SavedCategoryMap((['#na#'] if na else []) + decode_values(d), na)
+    "The `CategoryMap` `_enc_map` wrote (one copy of a big vocabulary at most: it takes seconds for millions)."
+    na, items = bool(d['na']), decode_values(d, copy=False)
+    return SavedCategoryMap(['#na#', *items] if na else items, na)
 
 # --- procs ------------------------------------------------------------------------------------------------------------
 _SAVERS = {}
@@ -339,18 +342,22 @@ def _read_bytes(path:Path, entry:dict, verify:bool) -> bytes:
     if verify and hashlib.sha256(b).hexdigest() != entry['sha256']: raise _bad_digest(path)
     return b
 
-def _read_header(f, path:Path, shape:tuple) -> int:
-    "Check the `.npy` header of the open rows file `f` (int32 rows of `shape`): its length."
+def _read_header(f, path:Path, shape:tuple|None, want:str='<i4') -> int:
+    """Check the `.npy` header of the open file `f`, which `want`s values in `shape` (int32 rows; None: any length)
+    and no more or fewer bytes than they take: the header's length."""
     try:
         major,_ = np.lib.format.read_magic(f)
         got,fortran,dtype = (np.lib.format.read_array_header_1_0 if major == 1 else
                              np.lib.format.read_array_header_2_0)(f)
     except ValueError as e: raise SavedFormatError(f"{path} is not a .npy file: {e}") from None
-    if dtype != np.dtype('<i4') or fortran or tuple(got) != shape:
-        raise SavedFormatError(f"{path} holds {dtype} {tuple(got)} rows, not the int32 {shape} saved")
+    want, shape = np.dtype(want), tuple(got) if shape is None and len(got) == 1 else shape
+    if dtype != want or fortran or tuple(got) != shape:
+        raise SavedFormatError(f"{path} holds {dtype} {tuple(got)} values, not the {want} {shape} saved")
     n = f.tell()
-    if os.fstat(f.fileno()).st_size != n + math.prod(shape) * 4:
-        raise SavedFormatError(f"{path} ends before its rows do: truncated")
+    size = f.seek(0, io.SEEK_END)
+    if size != n + math.prod(shape) * want.itemsize:
+        raise SavedFormatError(f"{path} is {size:,} bytes, not the {n + math.prod(shape) * want.itemsize:,} its header "
+                               "says: truncated or altered")
     return n
 
 def _read_into(f, buf:memoryview, at:int, path:Path):
@@ -535,8 +542,11 @@ def _read_index(path:Path, meta:dict, verify:bool):
     ix = meta['index']
     if 'file' not in ix: return pd.RangeIndex(ix['start'], ix['stop'], ix['step'])
     if ix['file'] != 'index.npy': raise ValueError(f"an index file {ix['file']!r}")
-    b = _read_bytes(path/ix['file'], meta['files'][ix['file']], verify)
-    return pd.Index(np.load(io.BytesIO(b), allow_pickle=False))
+    f = path/ix['file']
+    b = _read_bytes(f, meta['files'][ix['file']], verify)
+    fh = io.BytesIO(b)
+    n = _read_header(fh, f, None, '<i8')
+    return pd.Index(np.frombuffer(b, dtype='<i8', offset=n), copy=False)   # the bytes read, not a copy of them
 
 def _multi_hot_lists(codes:torch.Tensor, vocab:list) -> pd.Series:
     "The lists of a multi-hot block of codes (padded with -1): each row's vocabulary values."

@@ -292,6 +292,12 @@ def test_typed_values_round_trip(v):
     assert all(same(o) for o in back)
     if isinstance(v, pd.Timestamp): assert str(back[0].tz) == str(v.tz)
 
+def test_str_lists_checked():
+    "A str vocabulary holding another type, or written as one string, is an error, not a list of its characters."
+    assert decode_values({'type': 'str', 'values': ['a', 'b']}) == ['a', 'b']
+    for bad in (['a', 3], ['a', None], 'ab', {'a': 1}):
+        with pytest.raises(ValueError, match='non-strings|not a list'): decode_values({'type': 'str', 'values': bad})
+
 def test_progress_lines_and_silence(saved, capsys):
     "Not a terminal: a plain line for the load with its rows and rows/s; nothing with progress=False."
     TabularGPU.load(saved)
