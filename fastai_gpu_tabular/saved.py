@@ -527,7 +527,7 @@ def _read_manifest(path:Path) -> dict:
     f = path/MANIFEST
     if not f.exists():
         raise SavedFormatError(f"{f} is missing: {path} holds no saved Tabular (or its save was cut short)")
-    try: meta = json.loads(f.read_text())
+    try: meta = json.loads(f.read_bytes())   # bytes: json decodes UTF-8 itself, faster than a text file
     except (ValueError, UnicodeDecodeError) as e:
         raise SavedFormatError(f"{f} is not valid JSON ({e}): altered or truncated") from None
     if not isinstance(meta, dict) or meta.get('format') != 'fastai_gpu_tabular.saved':
