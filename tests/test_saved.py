@@ -424,7 +424,7 @@ def _header_len(f:Path) -> int:
 def test_rows_files_mapped_not_copied(adult, tmp_path):
     """Each rows file's header is as long as where its rows go in the whole, modulo a 4096-byte page, and numpy reads
     it; a load maps the files' pages (they show in /proc/self/maps) and still checks them (a bit flipped inside a
-    mapped page is named); a new save into the folder, or removing it, leaves the loaded rows as they were."""
+    mapped page is named); saving it or another into the folder, or removing it, leaves the loaded rows as they were."""
     ours = TabularGPU(adult, procs=[Categorify, FillMissing, Normalize], splits=RandomSplitter(seed=0)(range_of(adult)),
                       **ADULT)
     d = tmp_path/'s'
@@ -447,6 +447,8 @@ def test_rows_files_mapped_not_copied(adult, tmp_path):
     _flip(tmp_path/'copy'/'train'/'part.00001.npy', 8192)
     with pytest.raises(SavedFormatError, match=r"train/part\.00001\.npy does not match the sha256"):
         TabularGPU.load(tmp_path/'copy')
+    loaded.save(d, chunk_rows=5000, progress=False)   # into the folder its rows are mapped from: the same files
+    assert json.loads((d/'tabular.json').read_text())['files'] == meta['files'] and torch.equal(got, rows)
     other = TabularGPU(adult.iloc[::-1].reset_index(drop=True), procs=[Categorify, FillMissing, Normalize], **ADULT)
     other.save(d, chunk_rows=5000, progress=False)
     assert not torch.equal(other.packed_rows('cpu')[0], rows) and torch.equal(got, rows)
