@@ -58,7 +58,8 @@ def saved_suite(n=1_000_000, seed=0, repeat=1, path=None) -> dict:
 
 def add_args(group):
     a = group.add_argument
-    a('--saved-rows', type=lambda s: int(float(s)), default=1_000_000, help='rows of synthetic data (the README quotes 1e7)')
+    a('--saved-rows', type=lambda s: int(float(s)), default=1_000_000,
+      help='rows of synthetic data (the README quotes 1e7)')
     a('--saved-repeat', type=int, default=1, help='time each step this many times; the fastest counts')
     a('--saved-dir', default=None, help='where the saved Tabular goes (a temporary folder inside it)')
 
