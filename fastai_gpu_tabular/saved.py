@@ -388,9 +388,12 @@ def _map_file(mem:mmap.mmap, at:int, f, off:int, n:int) -> tuple[int, int]:
     c = ctypes.c_char.from_buffer(mem)
     base = ctypes.addressof(c)
     del c   # the buffer export, or `mem` could never be unmapped
-    flags = mmap.MAP_PRIVATE | _MAP_FIXED
-    got = _LIBC.mmap(base + lo, hi - lo, mmap.PROT_READ | mmap.PROT_WRITE, flags, f.fileno(), off + lo - at)
-    return (lo, hi) if got == base + lo else (at, at)   # MAP_FIXED replaces `mem`'s pages there, or fails: read
+    prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | _MAP_FIXED
+    if _LIBC.mmap(base + lo, hi - lo, prot, flags, f.fileno(), off + lo - at) == base + lo: return lo, hi
+    # a file system that cannot map it: fresh memory there again (a failed MAP_FIXED may have unmapped it), and read
+    if _LIBC.mmap(base + lo, hi - lo, prot, flags | mmap.MAP_ANONYMOUS, -1, 0) != base + lo:
+        raise OSError(ctypes.get_errno(), f"cannot map memory for the rows of {f.name}")
+    return at, at
 
 def _load_rows(path:Path, files:list, entries:dict, width:int, verify:bool, pb) -> torch.Tensor:
     """The rows of `files` (`[(name, rows)]` in row order) in one int32 tensor, each file's header and size checked
