@@ -2,16 +2,22 @@
 writes the packed rows (train/ and valid/ `PackedChunks` folders: `.npy` int32 files, as the streaming loader reads
 them) and `tabular.json`: the names, the split, the frame's dtypes and row index, each proc's learned state under
 fastai's attribute names (typed JSON: see `SAVED_TYPES`), and the size and sha256 of every file. `load_tabular`
-(`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`."""
+(`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`; on
+Linux it maps the rows files' pages (their headers are padded for that) rather than reading them."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import io
 import json
 import math
+import mmap
+import os
 import re
 import shutil
+import struct
+import sys
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -92,12 +98,14 @@ def encode_values(values, where:str) -> dict:
     if len(set(tags)) > 1: return {'types': tags, 'values': vals}
     return {'type': tags[0] if tags else 'str', 'values': vals}
 
-def decode_values(d:dict) -> list:
-    "The values `encode_values` wrote."
+def decode_values(d:dict, copy:bool=True) -> list:
+    "The values `encode_values` wrote (a str list is `d`'s own list unless `copy`)."
     vals = d['values']
+    if not isinstance(vals, list): raise ValueError(f"values written as a {type(vals).__name__}, not a list")
     if 'types' not in d and d['type'] == 'str':   # the common case (big string vocabularies), checked at once
-        if vals and set(map(type, vals)) != {str}: raise ValueError("a str list holding non-strings")
-        return list(vals)
+        try: ''.join(vals)   # C's loop: a TypeError at the first non-string
+        except TypeError: raise ValueError("a str list holding non-strings") from None
+        return list(vals) if copy else vals
     tags = d['types'] if 'types' in d else [d['type']] * len(vals)
     if len(tags) != len(vals): raise ValueError("a typed list with as many types as values")
     return [_typed(t, v) for t,v in zip(tags, vals)]
@@ -122,8 +130,9 @@ def _enc_map(cm:CategoryMap, where:str) -> dict:
     if na and (not items or items[0] != '#na#'): raise TypeError(f"{where} maps unknown values but has no '#na#' first")
     return {'na': na, **encode_values(items[1:] if na else items, where)}
 def _dec_map(d:dict) -> CategoryMap:
-    na = bool(d['na'])
-    return SavedCategoryMap((['#na#'] if na else []) + decode_values(d), na)
+    "The `CategoryMap` `_enc_map` wrote (one copy of a big vocabulary at most: it takes seconds for millions)."
+    na, items = bool(d['na']), decode_values(d, copy=False)
+    return SavedCategoryMap(['#na#', *items] if na else items, na)
 
 # --- procs ------------------------------------------------------------------------------------------------------------
 _SAVERS = {}
@@ -287,18 +296,30 @@ def file_digest(path) -> str:
         while b := f.read(1 << 24): h.update(b)
     return h.hexdigest()
 
-def _write_npy(path:Path, a:np.ndarray) -> dict:
-    "Write `a` as a `.npy` file (what `np.save` writes), hashing it as it goes: its entry in the manifest."
-    a = np.ascontiguousarray(a)
+# a rows file's header is as long as where its rows go in the loaded rows, modulo this: so a load maps its pages
+_PAGE = 4096
+
+def _npy_header(a:np.ndarray, at:int|None=None) -> bytes:
+    """`a`'s `.npy` header (what `np.save` writes); with `at` (the byte where its rows go in the loaded rows), padded
+    with spaces, as numpy pads it, to a length equal to `at` modulo `_PAGE`, so that its rows' file pages line up."""
     head = io.BytesIO()
     np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(a))
-    h = hashlib.sha256(head.getvalue())
+    b = head.getvalue()
+    if at is None: return b
+    n = len(b) + (at - len(b)) % _PAGE
+    return b[:8] + struct.pack('<H', n - 10) + b[10:-1] + b' ' * (n - len(b)) + b'\n'
+
+def _write_npy(path:Path, a:np.ndarray, at:int|None=None) -> dict:
+    "Write `a` as a `.npy` file (header as `_npy_header`), hashing it as it goes: its entry in the manifest."
+    a = np.ascontiguousarray(a)
+    head = _npy_header(a, at)
+    h = hashlib.sha256(head)
     body = memoryview(a.reshape(-1)).cast('B') if a.size else b''
     h.update(body)
     with open(path, 'wb') as f:
-        f.write(head.getvalue())
+        f.write(head)
         f.write(body)
-    return {'bytes': len(head.getvalue()) + len(body), 'sha256': h.hexdigest()}
+    return {'bytes': len(head) + len(body), 'sha256': h.hexdigest()}
 
 def _write_text(path:Path, text:str) -> dict:
     b = text.encode()
@@ -321,31 +342,90 @@ def _read_bytes(path:Path, entry:dict, verify:bool) -> bytes:
     if verify and hashlib.sha256(b).hexdigest() != entry['sha256']: raise _bad_digest(path)
     return b
 
-def _read_rows(path:Path, entry:dict, out:torch.Tensor) -> tuple:
-    """Read the `.npy` file at `path` into `out` (int32 rows, its shape), checking its header and size: `(hash, rows)`,
-    the sha256 of its header and the bytes read, for `_check_digest`."""
-    _check_size(path, entry)
-    with open(path, 'rb', buffering=0) as f:
-        try:
-            major,_ = np.lib.format.read_magic(f)
-            shape,fortran,dtype = (np.lib.format.read_array_header_1_0 if major == 1 else
-                                   np.lib.format.read_array_header_2_0)(f)
-        except ValueError as e: raise SavedFormatError(f"{path} is not a .npy file: {e}") from None
-        if dtype != np.dtype('<i4') or fortran or tuple(shape) != tuple(out.shape):
-            raise SavedFormatError(f"{path} holds {dtype} {tuple(shape)} rows, not the int32 {tuple(out.shape)} saved")
-        n = f.tell()
-        f.seek(0)
-        h = hashlib.sha256(f.read(n))
-        buf = memoryview(out.numpy().reshape(-1)).cast('B') if out.numel() else memoryview(b'')
-        got = 0
-        while got < len(buf):
-            k = f.readinto(buf[got:])
-            if not k: raise SavedFormatError(f"{path} ends before its rows do: truncated")
-            got += k
-    return h, buf
+def _read_header(f, path:Path, shape:tuple|None, want:str='<i4') -> int:
+    """Check the `.npy` header of the open file `f`, which `want`s values in `shape` (int32 rows; None: any length)
+    and no more or fewer bytes than they take: the header's length."""
+    try:
+        major,_ = np.lib.format.read_magic(f)
+        got,fortran,dtype = (np.lib.format.read_array_header_1_0 if major == 1 else
+                             np.lib.format.read_array_header_2_0)(f)
+    except ValueError as e: raise SavedFormatError(f"{path} is not a .npy file: {e}") from None
+    want, shape = np.dtype(want), tuple(got) if shape is None and len(got) == 1 else shape
+    if dtype != want or fortran or tuple(got) != shape:
+        raise SavedFormatError(f"{path} holds {dtype} {tuple(got)} values, not the {want} {shape} saved")
+    n = f.tell()
+    size = f.seek(0, io.SEEK_END)
+    if size != n + math.prod(shape) * want.itemsize:
+        raise SavedFormatError(f"{path} is {size:,} bytes, not the {n + math.prod(shape) * want.itemsize:,} its header "
+                               "says: truncated or altered")
+    return n
+
+def _read_into(f, buf:memoryview, at:int, path:Path):
+    "Bytes `at:` of the open file `f` (at `path`) into all of `buf`."
+    f.seek(at)
+    got = 0
+    while got < len(buf):
+        k = f.readinto(buf[got:])
+        if not k: raise SavedFormatError(f"{path} ends before its rows do: truncated")
+        got += k
+
+if sys.platform == 'linux':
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+    _LIBC.mmap.restype = ctypes.c_void_p
+    _LIBC.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+else: _LIBC = None
+_MAP_FIXED = 0x10   # Linux's: mmap's module does not name it
+
+def _rows_memory(nbytes:int) -> mmap.mmap|None:
+    "Private memory for the loaded rows, which `_map_file` maps rows files into (on Linux), or None."
+    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE) if _LIBC is not None and nbytes else None
+
+def _map_file(mem:mmap.mmap, at:int, f, off:int, n:int) -> tuple[int, int]:
+    """Map the whole pages of bytes `off:off+n` of the open file `f` over bytes `at:at+n` of `mem`, copy on write (so
+    the rows are the page cache's pages, not a copy of them): `(lo, hi)`, the bytes of `mem` mapped (none: `lo==hi`)."""
+    lo, hi = -(-at // _PAGE) * _PAGE, (at + n) // _PAGE * _PAGE
+    if (off - at) % _PAGE or hi <= lo: return at, at   # a file saved before headers were padded: read
+    c = ctypes.c_char.from_buffer(mem)
+    base = ctypes.addressof(c)
+    del c   # the buffer export, or `mem` could never be unmapped
+    prot, flags = mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | _MAP_FIXED
+    if _LIBC.mmap(base + lo, hi - lo, prot, flags, f.fileno(), off + lo - at) == base + lo: return lo, hi
+    # a file system that cannot map it: fresh memory there again (a failed MAP_FIXED may have unmapped it), and read
+    if _LIBC.mmap(base + lo, hi - lo, prot, flags | mmap.MAP_ANONYMOUS, -1, 0) != base + lo:
+        raise OSError(ctypes.get_errno(), f"cannot map memory for the rows of {f.name}")
+    return at, at
+
+def _load_rows(path:Path, files:list, entries:dict, width:int, verify:bool, pb) -> torch.Tensor:
+    """The rows of `files` (`[(name, rows)]` in row order) in one int32 tensor, each file's header and size checked
+    and (with `verify`) its sha256, the first that differs named, in row order. On Linux, rows files saved with padded
+    headers are mapped (copy on write), not read: the rows are the page cache's pages, so loading copies nothing and
+    allocates no fresh memory; hashing them in threads reads them once. A new `save` into the folder writes new files
+    and leaves the loaded rows as they were; altering the files in place would show through."""
+    total = sum(n for _,n in files)
+    mem = _rows_memory(total * width * 4)
+    rows = torch.empty((total, width), dtype=torch.int32) if mem is None else \
+           torch.frombuffer(mem, dtype=torch.int32).view(total, width)
+    buf = memoryview(rows.numpy().reshape(-1)).cast('B') if total * width else memoryview(b'')
+    at, checks = 0, []
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:   # hashlib lets other threads run meanwhile
+        for name,n in files:
+            f, entry, nb = path/name, entries[name], n * width * 4
+            _check_size(f, entry)
+            with open(f, 'rb', buffering=0) as fh:
+                head = _read_header(fh, f, (n, width))
+                lo, hi = _map_file(mem, at, fh, head, nb) if mem is not None else (at, at)
+                for a,b in ((at, lo), (hi, at + nb)):
+                    if b > a: _read_into(fh, buf[a:b], head + a - at, f)
+                if verify:
+                    fh.seek(0)
+                    checks.append(pool.submit(_check_digest, f, entry, hashlib.sha256(fh.read(head)), buf[at:at + nb]))
+            at += nb
+            pb.update(n)
+        for c in checks: c.result()
+    return rows
 
 def _check_digest(path:Path, entry:dict, h, buf):
-    "The file's sha256 (`h` holding its header's) is the one saved (hashlib lets other threads run meanwhile)."
+    "The file's sha256 (`h` holding its header's) is the one saved."
     h.update(buf)
     if h.hexdigest() != entry['sha256']: raise _bad_digest(path)
 
@@ -359,20 +439,29 @@ def _index_entry(index, path:Path, files:dict) -> dict:
     files['index.npy'] = _write_npy(path/'index.npy', np.asarray(index, dtype=np.int64))
     return {'file': 'index.npy'}
 
-def _write_split(path:Path, name:str, rows:torch.Tensor, layout:Layout, chunk_rows:int, files:dict, pb) -> list:
-    "Rows of one split in `chunk_rows` files of `path/name` (a `PackedChunks` folder): `[file, rows]` of each."
+def _write_split(path:Path, name:str, parts, layout:Layout, width:int, files:dict, pb, at:int=0) -> list:
+    """Rows of one split in files of `path/name` (a `PackedChunks` folder), one a block of `parts` (int32 arrays, made
+    one at a time): `[file, rows]` of each. The split's rows start at row `at` of the whole (see `_npy_header`)."""
     d = path/name
     d.mkdir()
-    parts = []
-    for i,a in enumerate(range(0, len(rows), chunk_rows)):
+    res = []
+    for i,part in enumerate(parts):
         f = f'part.{i:05d}.npy'
-        part = rows[a:a + chunk_rows]
-        files[f'{name}/{f}'] = _write_npy(d/f, part.numpy())
-        parts.append([f, len(part)])
+        files[f'{name}/{f}'] = _write_npy(d/f, part, at * width * 4)
+        res.append([f, len(part)])
+        at += len(part)
         pb.update(len(part))
-    PackedChunks.write(d, parts, layout, rows.shape[1])
+    PackedChunks.write(d, res, layout, width)
     files[f'{name}/chunks.json'] = {'bytes': (d/'chunks.json').stat().st_size, 'sha256': file_digest(d/'chunks.json')}
-    return parts
+    return res
+
+def _blocks(rows:torch.Tensor, chunk_rows:int):
+    "The host `rows` in blocks of `chunk_rows`."
+    for a in range(0, len(rows), chunk_rows): yield rows[a:a + chunk_rows].numpy()
+
+def _chunk_blocks(chunks:PackedChunks, chunk_rows:int):
+    "The rows of `chunks` (a `TabularDask`'s, on disk) in blocks of at most `chunk_rows`, read one at a time."
+    for i,a,b in chunks.pieces(chunk_rows): yield chunks.read(i, a, b).numpy()
 
 def _clear(path:Path):
     "Make `path` an empty folder to save into: new, empty, or holding an earlier save (which is replaced)."
@@ -387,11 +476,13 @@ def _clear(path:Path):
 
 def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
     """Save the processed Tabular `to` in the folder `path` (see the module's docstring); `chunk_rows` rows a file.
-    Writes nothing but plain data: the learned state must be of `SAVED_TYPES` (a TypeError naming the column if not)."""
-    if is_dask(getattr(to, 'items', None)):
-        raise NotImplementedError("save a TabularDask: not yet; its packed rows are already chunks in `to.chunk_dir`")
+    Writes nothing but plain data: the learned state must be of `SAVED_TYPES` (a TypeError naming the column if not).
+    A `TabularDask` is saved from its chunks, `chunk_rows` rows in memory at a time, on a range index."""
     if int(chunk_rows) != chunk_rows or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    dask = is_dask(getattr(to, 'items', None))
+    if dask and getattr(to, 'chunks', None) is None:
+        raise RuntimeError("this TabularDask is not processed yet: call `process()` before saving it")
     named = set(to.cat_names) | set(to.cont_names) | set(to.y_names)
     columns = [c for c in to.column_names if c in named]
     dtypes = to.released.dtypes if to.released is not None else dict(to.items.dtypes)
@@ -401,7 +492,15 @@ def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
             raise TypeError(f"column {c!r} holds {d} values after processing: a saved Tabular holds numbers (process "
                             "it first, with Categorify for categories)")
     procs = [_proc_state(p) for p in to.procs.fs]   # before writing: a TypeError leaves nothing behind
-    rows,layout = to.packed_rows('cpu')
+    # a TabularDask's rows are streamed from its chunks, a block at a time, on a range index (partitions' labels
+    # are seldom unique, and reading them would be another pass); the in-memory Tabular's from its packed rows
+    chunk_rows = int(chunk_rows)
+    if dask:
+        layout, width = to.chunks[0].layout, to.chunks[0].width
+        blocks = [_chunk_blocks(c, chunk_rows) for c in to.chunks]
+    else:
+        rows,layout = to.packed_rows('cpu')
+        width, blocks = rows.shape[1], [_blocks(rows[:to.split], chunk_rows), _blocks(rows[to.split:], chunk_rows)]
     path = Path(path)
     _clear(path)
     files = {}
@@ -411,11 +510,12 @@ def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
             'cat_names': list(to.cat_names), 'cont_names': list(to.cont_names), 'y_names': list(to.y_names),
             'multi_hot': dict(to.multi_hot), 'columns': columns,
             'dtypes': {c: 'object' if c in to.multi_hot else dtypes[c].name for c in columns},
-            'index': _index_entry(to.row_index, path, files), 'layout': layout.to_json(), 'width': rows.shape[1],
+            'index': _index_entry(pd.RangeIndex(len(to)) if dask else to.row_index, path, files),
+            'layout': layout.to_json(), 'width': width,
             'procs': procs}
-    with progress_rows(len(rows), f'saving to {path}', progress) as pb:
-        meta['splits'] = {k: _write_split(path, k, r, layout, int(chunk_rows), files, pb)
-                          for k,r in (('train', rows[:to.split]), ('valid', rows[to.split:]))}
+    with progress_rows(len(to), f'saving to {path}', progress) as pb:
+        meta['splits'] = {k: _write_split(path, k, b, layout, width, files, pb, a)
+                          for k,b,a in (('train', blocks[0], 0), ('valid', blocks[1], to.split))}
     meta['files'] = files
     # the manifest last: a save cut short has none, so it cannot be loaded
     (path/MANIFEST).write_text(json.dumps(meta, allow_nan=False))   # no indent: C's encoder, not Python's
@@ -430,7 +530,7 @@ def _read_manifest(path:Path) -> dict:
     f = path/MANIFEST
     if not f.exists():
         raise SavedFormatError(f"{f} is missing: {path} holds no saved Tabular (or its save was cut short)")
-    try: meta = json.loads(f.read_text())
+    try: meta = json.loads(f.read_bytes())   # bytes: json decodes UTF-8 itself, faster than a text file
     except (ValueError, UnicodeDecodeError) as e:
         raise SavedFormatError(f"{f} is not valid JSON ({e}): altered or truncated") from None
     if not isinstance(meta, dict) or meta.get('format') != 'fastai_gpu_tabular.saved':
@@ -445,8 +545,11 @@ def _read_index(path:Path, meta:dict, verify:bool):
     ix = meta['index']
     if 'file' not in ix: return pd.RangeIndex(ix['start'], ix['stop'], ix['step'])
     if ix['file'] != 'index.npy': raise ValueError(f"an index file {ix['file']!r}")
-    b = _read_bytes(path/ix['file'], meta['files'][ix['file']], verify)
-    return pd.Index(np.load(io.BytesIO(b), allow_pickle=False))
+    f = path/ix['file']
+    b = _read_bytes(f, meta['files'][ix['file']], verify)
+    fh = io.BytesIO(b)
+    n = _read_header(fh, f, None, '<i8')
+    return pd.Index(np.frombuffer(b, dtype='<i8', offset=n), copy=False)   # the bytes read, not a copy of them
 
 def _multi_hot_lists(codes:torch.Tensor, vocab:list) -> pd.Series:
     "The lists of a multi-hot block of codes (padded with -1): each row's vocabulary values."
@@ -497,16 +600,8 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
                                "altered") from e
     n_train, total = sum(n for _,n in splits[0]), sum(n for s in splits for _,n in s)
     if total != len(index): raise SavedFormatError(f"{path/MANIFEST}: {total} rows saved, {len(index)} row labels")
-    rows, at = torch.empty((total, width), dtype=torch.int32), 0
-    # each file hashed in a thread while the next one is read
-    with progress_rows(total, f'loading {path}', progress) as pb, ThreadPoolExecutor(1) as pool:
-        checks = []
-        for f,n in splits[0] + splits[1]:
-            h, buf = _read_rows(path/f, meta['files'][f], rows[at:at + n])
-            if verify: checks.append(pool.submit(_check_digest, path/f, meta['files'][f], h, buf))
-            at += n
-            pb.update(n)
-        for c in checks: c.result()   # the first file that differs, in row order
+    with progress_rows(total, f'loading {path}', progress) as pb:
+        rows = _load_rows(path, splits[0] + splits[1], meta['files'], width, verify, pb)
     # on the host, a frame the packed rows can rebuild is left to them (as `release_frame` leaves it): built from its
     # dtypes alone, then released; otherwise (multi-hot lists, or to cuDF) built from the rows now
     lazy = backend in (None, 'pandas') and not meta['multi_hot']

@@ -1,8 +1,10 @@
 """`TabularGPU.save`/`load`: the processed rows and procs' state as plain data. A loaded Tabular against the one saved
 and fastai's TabularPandas on Adult, MovieLens (a multi-hot genres column, NaN filled) and flights (a Timestamp
 vocabulary); loaded in a fresh process where unpickling fails; damaged files, versions and bad state named."""
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -290,6 +292,12 @@ def test_typed_values_round_trip(v):
     assert all(same(o) for o in back)
     if isinstance(v, pd.Timestamp): assert str(back[0].tz) == str(v.tz)
 
+def test_str_lists_checked():
+    "A str vocabulary holding another type, or written as one string, is an error, not a list of its characters."
+    assert decode_values({'type': 'str', 'values': ['a', 'b']}) == ['a', 'b']
+    for bad in (['a', 3], ['a', None], 'ab', {'a': 1}):
+        with pytest.raises(ValueError, match='non-strings|not a list'): decode_values({'type': 'str', 'values': bad})
+
 def test_progress_lines_and_silence(saved, capsys):
     "Not a terminal: a plain line for the load with its rows and rows/s; nothing with progress=False."
     TabularGPU.load(saved)
@@ -330,12 +338,35 @@ def test_folders_are_packed_chunks(saved):
     a, b = _batches(StreamDataLoader(valid, bs=256, shuffle=False)), _batches(loaded.dataloaders(bs=256).valid)
     assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
 
-def test_dask_tabular_is_not_saved_yet(adult, tmp_path):
-    dd = pytest.importorskip('dask.dataframe', reason='the `dask` extra')
-    to = TabularGPU(dd.from_pandas(adult.iloc[:2000], npartitions=2), procs=[Categorify], cat_names=['workclass'],
-                    y_names='income', y_block=CategoryBlock(), chunk_dir=tmp_path/'c', progress=False)
-    with pytest.raises(NotImplementedError, match='TabularDask'): to.save(tmp_path/'d')
-    assert not (tmp_path/'d').exists()
+def test_dask_tabular_saved_as_in_memory(adult, tmp_path):
+    """A TabularDask of Adult in 4 partitions, saved (from its chunks, `chunk_rows` at a time) and loaded, against the
+    in-memory TabularGPU of the same rows saved and loaded: the same packed rows, procs' state, dtypes and batches (on
+    a range index: a Dask frame's row labels are its partitions')."""
+    dask = pytest.importorskip('dask', reason='the `dask` extra')
+    import dask.dataframe as dd
+    df = adult.copy()
+    df['is_valid'] = False
+    df.loc[RandomSplitter(seed=0)(range_of(df))[1], 'is_valid'] = True
+    ddf = dd.from_pandas(df, npartitions=4)
+    mem = ddf.compute()   # the rows the partitions hold, with the dtypes Dask gave them
+    kw = lambda: dict(procs=[Categorify, FillMissing, Normalize], **ADULT)
+    with dask.config.set(scheduler='sync'):
+        to = TabularGPU(ddf, splits='is_valid', chunk_dir=tmp_path/'c', progress=False, **kw())
+        idle = TabularGPU(ddf, splits='is_valid', chunk_dir=tmp_path/'c2', progress=False, do_setup=False, **kw())
+        with pytest.raises(RuntimeError, match='not processed yet'): idle.save(tmp_path/'idle')
+        to.save(tmp_path/'d', chunk_rows=3000, progress=False)
+    tg = TabularGPU(mem, splits=fatc.ColSplitter('is_valid')(mem), **kw())
+    tg.save(tmp_path/'m', progress=False)
+    a, b = TabularGPU.load(tmp_path/'d', progress=False), TabularGPU.load(tmp_path/'m', progress=False)
+    assert type(a) is TabularGPU and a.split == b.split == tg.split and len(a) == len(tg)
+    assert torch.equal(a.packed_rows('cpu')[0], tg.packed_rows('cpu')[0]) and a.packed_rows()[1] == b.packed_rows()[1]
+    da, dm = (json.loads((tmp_path/d/'tabular.json').read_text()) for d in ('d', 'm'))
+    for k in ('procs', 'cat_names', 'cont_names', 'y_names', 'dtypes', 'layout', 'width'): assert da[k] == dm[k], k
+    assert sorted(da['columns']) == sorted(dm['columns'])   # the Dask frame's are named ones first
+    assert da['index'] == {'start': 0, 'stop': len(tg), 'step': 1}
+    assert all(n <= 3000 for k in ('train', 'valid') for _,n in da['splits'][k]) and len(da['splits']['train']) > 4
+    pd.testing.assert_frame_equal(a.items, b.items[da['columns']].reset_index(drop=True))
+    assert_same_loaders(a, b)
 
 def test_hashing_procs_saved(adult, tmp_path):
     """HashedCross, HashBucket and Categorify(num_buckets) round trip: the loaded Tabular's rows, and its codes of raw
@@ -382,3 +413,62 @@ def test_target_and_groupby_procs_saved(case, adult, ml, tmp_path):
     assert_same_loaders(ours, loaded)
     a, b = (_batches(to.dataloaders(bs=1024, shuffle=False).test_dl(raw)) for to in (ours, loaded))
     assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+
+def _header_len(f:Path) -> int:
+    with open(f, 'rb') as fh:
+        major,_ = np.lib.format.read_magic(fh)
+        (np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0)(fh)
+        return fh.tell()
+
+@pytest.mark.skipif(sys.platform != 'linux', reason='rows files are mapped on Linux only')
+def test_rows_files_mapped_not_copied(adult, tmp_path):
+    """Each rows file's header is as long as where its rows go in the whole, modulo a 4096-byte page, and numpy reads
+    it; a load maps the files' pages (they show in /proc/self/maps) and still checks them (a bit flipped inside a
+    mapped page is named); saving it or another into the folder, or removing it, leaves the loaded rows as they were."""
+    ours = TabularGPU(adult, procs=[Categorify, FillMissing, Normalize], splits=RandomSplitter(seed=0)(range_of(adult)),
+                      **ADULT)
+    d = tmp_path/'s'
+    ours.save(d, chunk_rows=5000, progress=False)
+    rows, _ = ours.packed_rows('cpu')
+    meta, at = json.loads((d/'tabular.json').read_text()), 0
+    names = [f'{k}/{f}' for k in ('train', 'valid') for f,_ in meta['splits'][k]]
+    for name in names:
+        part = np.load(d/name)
+        np.testing.assert_array_equal(part, rows[at:at + len(part)].numpy())
+        assert _header_len(d/name) % 4096 == at * rows.shape[1] * 4 % 4096, name
+        at += len(part)
+    assert at == len(rows) and len(names) > 4
+    loaded = TabularGPU.load(d, progress=False)
+    got, _ = loaded.packed_rows('cpu')
+    assert torch.equal(got, rows)
+    maps = Path('/proc/self/maps').read_text()
+    assert all(str((d/n).resolve()) in maps for n in names)
+    shutil.copytree(d, tmp_path/'copy')
+    _flip(tmp_path/'copy'/'train'/'part.00001.npy', 8192)
+    with pytest.raises(SavedFormatError, match=r"train/part\.00001\.npy does not match the sha256"):
+        TabularGPU.load(tmp_path/'copy')
+    loaded.save(d, chunk_rows=5000, progress=False)   # into the folder its rows are mapped from: the same files
+    assert json.loads((d/'tabular.json').read_text())['files'] == meta['files'] and torch.equal(got, rows)
+    other = TabularGPU(adult.iloc[::-1].reset_index(drop=True), procs=[Categorify, FillMissing, Normalize], **ADULT)
+    other.save(d, chunk_rows=5000, progress=False)
+    assert not torch.equal(other.packed_rows('cpu')[0], rows) and torch.equal(got, rows)
+    shutil.rmtree(d)
+    assert torch.equal(got, rows)
+    assert_same_frame(ours, loaded)   # the frame left to the packed rows, rebuilt from them now
+
+def test_files_saved_with_plain_headers_load(saved):
+    "Rows files whose headers are as `np.save` writes them (as saves before padded headers): read, checked, the same."
+    want = TabularGPU.load(saved, progress=False).packed_rows('cpu')[0].clone()
+    m = saved/'tabular.json'
+    meta = json.loads(m.read_text())
+    for name in meta['files']:
+        if name.endswith('.npy') and '/' in name:
+            np.save(saved/name, np.load(saved/name))
+            b = (saved/name).read_bytes()
+            meta['files'][name] = {'bytes': len(b), 'sha256': hashlib.sha256(b).hexdigest()}
+            assert _header_len(saved/name) == 128
+    m.write_text(json.dumps(meta))
+    assert torch.equal(TabularGPU.load(saved, progress=False).packed_rows('cpu')[0], want)
+    _flip(saved/'valid'/'part.00000.npy', 200)
+    with pytest.raises(SavedFormatError, match=r"valid/part\.00000\.npy does not match the sha256"):
+        TabularGPU.load(saved)

@@ -48,15 +48,18 @@ def saved_suite(n=1_000_000, seed=0, repeat=1, path=None) -> dict:
         load_s, back = _best(lambda: TabularGPU.load(d, progress=False), repeat)
         fast_s, _ = _best(lambda: TabularGPU.load(d, progress=False, verify=False), repeat)
         assert len(back) == len(to) and back.split == to.split
+        released = back.released is not None   # the frame left to the packed rows (`packs_whole`), not rebuilt
     return {'rows': n, 'width': int(rows.shape[1]), 'procs_s': round(procs_s, 3), 'save_s': round(save_s, 3),
             'load_s': round(load_s, 3), 'load_unverified_s': round(fast_s, 3),
-            'load_speedup': round(ratio(procs_s, load_s), 2), 'packed_bytes': rows.numel() * 4,
+            'load_speedup': round(ratio(procs_s, load_s), 2), 'loaded_released': released,
+            'packed_bytes': rows.numel() * 4,
             'disk_bytes': on_disk, 'rows_file_bytes': row_bytes, 'state_bytes': on_disk - row_bytes,
             'disk_over_packed': round(on_disk / (rows.numel() * 4), 4)}
 
 def add_args(group):
     a = group.add_argument
-    a('--saved-rows', type=lambda s: int(float(s)), default=1_000_000, help='rows of synthetic data (the README quotes 1e7)')
+    a('--saved-rows', type=lambda s: int(float(s)), default=1_000_000,
+      help='rows of synthetic data (the README quotes 1e7)')
     a('--saved-repeat', type=int, default=1, help='time each step this many times; the fastest counts')
     a('--saved-dir', default=None, help='where the saved Tabular goes (a temporary folder inside it)')
 
@@ -74,5 +77,6 @@ def format_table(res) -> str:
     sizes = [['packed rows', mb(res['packed_bytes'])], ['on disk: rows files', mb(res['rows_file_bytes'])],
              ['on disk: state and lists', mb(res['state_bytes'])],
              ['on disk / packed', fmt(res['disk_over_packed'], 'x')]]
-    return (f"{res['rows']:,} rows, {res['width']} int32 columns a row\n"
+    frame = 'left to the packed rows' if res.get('loaded_released') else 'rebuilt from the packed rows'
+    return (f"{res['rows']:,} rows, {res['width']} int32 columns a row; a load's frame is {frame}\n"
             + table(['step', 's', 'procs / load'], rows) + '\n\n' + table(['bytes', 'MB'], sizes))
