@@ -105,3 +105,11 @@ def test_export_onnx_joins_like_test_dl(adult_nan, tmp_path):
     got = jg.joined(test)['occupation_age_count']
     assert (got.iloc[::7] == 0).all() and pd.isna(jg.groups['occupation'].index[-1])
     assert (got.iloc[3::7] == jg.groups['occupation']['occupation_age_count'].iloc[-1]).all()
+
+def test_bench_suite_small():
+    """`python -m fastai_gpu_tabular.bench --suite groupby` at a small size: the pandas recipe a user writes (groupby,
+    merge, unseen categories filled) and JoinGroupby give the same values, bit for bit."""
+    from fastai_gpu_tabular.bench.groupby import format_table, groupby_suite
+    res = groupby_suite(rows=20_000, names=('C4', 'C16'), conts=('I1', 'I5'), repeat=1)
+    assert res['columns'] == 12 and res['max_abs_diff'] == 0
+    assert set(res['results']) == {'pandas groupby + merge', 'JoinGroupby'} and 'JoinGroupby' in format_table(res)
