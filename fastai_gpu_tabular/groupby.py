@@ -47,6 +47,12 @@ class JoinGroupby(TabularProc):
         bad = [n for n in self.conts if not pd.api.types.is_numeric_dtype(to.items[n].dtype)]
         if bad: raise TypeError(f"JoinGroupby summarises numbers: column(s) {bad} are not numeric")
 
+    def check_defaults(self):
+        "A cont with no value in the training rows has no statistic to join: an error naming it, before the groups."
+        bad = [x for x,d in self.defaults.items() if np.isnan(d['mean'])]
+        if bad: raise ValueError(f"JoinGroupby: continuous column(s) {bad} are entirely NaN in the training rows, so "
+                                 "no category has a statistic: drop them from `conts`")
+
     def setups(self, to):
         self.check_columns(to)
         df = to.items
@@ -54,6 +60,7 @@ class JoinGroupby(TabularProc):
         for x in self.conts:
             v = df[x].astype('float64')
             self.defaults[x] = {'count': 0., 'mean': float(v.mean()), 'std': float(v.std(ddof=0))}
+        self.check_defaults()
         for n in self.names:
             cols = {}
             for x in self.conts:

@@ -53,6 +53,16 @@ def test_missing_values_and_normalize():
         TabularGPU(df, procs=[JoinGroupby('carrier', 'nope')], cat_names=['carrier'], y_names='distance')
     with pytest.raises(ValueError, match='median'): JoinGroupby('carrier', 'dep_delay', stats=('median',))
 
+def test_cont_with_no_training_value():
+    "A cont missing in every training row has no statistic: an error naming it, the caller's frame untouched."
+    df = load_flights(nrows=2000)
+    df.loc[df.index[:1500], 'dep_delay'] = np.nan
+    before = df.copy()
+    with pytest.raises(ValueError, match=r"JoinGroupby: continuous column\(s\) \['dep_delay'\] are entirely NaN"):
+        TabularGPU(df, procs=[JoinGroupby('carrier', 'dep_delay'), FillMissing], cat_names=['carrier'],
+                   cont_names=['dep_delay'], y_names='distance', splits=(range(1500), range(1500, 2000)))
+    pd.testing.assert_frame_equal(df, before)
+
 @pytest.fixture(scope='module')
 def adult_nan():
     "Adult's first 6,000 rows with NaN in two conts (occupation has its own missing categories)."

@@ -54,6 +54,7 @@ def _groupby_setups(self, to):
     vals = to.cols(conts).astype('float64')
     means, stds = exact_moments(vals.to_delayed(), conts, {x: np.dtype('f8') for x in conts})
     self.defaults = {x: {'count': 0., 'mean': float(means[x]), 'std': float(stds[x])} for x in conts}
+    self.check_defaults()
     src = to.cols(list(dict.fromkeys(names + conts)))
     parts, k = src.to_delayed(), {n: len(v) + nan for n,(v,nan) in vocabs.items()}
     zeros = lambda: {(n, x): (np.zeros(k[n], np.int64), np.zeros(k[n])) for n in names for x in conts}
@@ -80,9 +81,8 @@ def _groupby_encodes(self, to):
     to.items = to.items.assign(**{c: out[c] for c in self.made_names})
     for c in self.made_names:
         if c not in to.cont_names: to.cont_names.append(c)
-    # FillMissing reads which conts hold NaN from the scan: these only where the cont's default is NaN (all missing)
-    nan = pd.Series({c: bool(np.isnan(self.defaults[c[len(n) + 1:].rsplit('_', 1)[0]][c.rsplit('_', 1)[1]]))
-                     for n,g in self.groups.items() for c in g.columns}, dtype=bool)
+    # FillMissing reads which conts hold NaN from the scan: these never do (each row gets a group's or the default)
+    nan = pd.Series(False, index=self.made_names, dtype=bool)
     scan = to.scan
     to.scan = dataclasses.replace(scan, nan_train=pd.concat([scan.nan_train.drop(nan.index, errors='ignore'), nan]),
                                   nan_all=pd.concat([scan.nan_all.drop(nan.index, errors='ignore'), nan]))

@@ -138,3 +138,12 @@ def test_set_up_in_memory_joins_a_dask_frame():
     mem.process()
     lazy.process()
     assert torch.equal(lazy.train.packed_rows()[0], mem.packed_rows()[0])
+
+def test_cont_with_no_training_value():
+    "A cont missing in every training row: the in-memory error, raised by JoinGroupby before its group passes."
+    load, names, conts, y = CASES['adult']
+    df = load()
+    df.loc[~df.is_valid, 'age'] = np.nan
+    with pytest.raises(ValueError, match=r"JoinGroupby: continuous column\(s\) \['age'\] are entirely NaN"):
+        TabularGPU(_uneven(df), splits='is_valid', progress=False, procs=[JoinGroupby(names, conts), FillMissing],
+                   cat_names=names, cont_names=conts, y_names=y)
