@@ -2,9 +2,8 @@
 onto every row, unseen categories filled), on the same Criteo-like columns."""
 from __future__ import annotations
 
-import time
-
 from .report import fmt, table
+from .timing import fastest
 
 __all__ = ['groupby_suite', 'run', 'add_args', 'format_table']
 
@@ -45,14 +44,8 @@ def groupby_suite(rows:int=1_000_000, names=('C4', 'C10', 'C16', 'C22'), conts=(
         jg = JoinGroupby(names, conts)
         to = TabularGPU(df, procs=[jg, FillMissing], cat_names=names, cont_names=conts, y_names='label', splits=splits)
         return to.items[jg.made_names]
-    res = {}
-    for k,f in (('pandas groupby + merge', by_pandas), ('JoinGroupby', by_proc)):
-        best = None
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            out = f()
-            best = min(best or np.inf, time.perf_counter() - t0)
-        res[k] = {'seconds': best, 'values': out}
+    res = {k: dict(zip(('seconds', 'values'), fastest(f, repeat))) for k,f in (('pandas groupby + merge', by_pandas),
+                                                                                ('JoinGroupby', by_proc))}
     ours = res['JoinGroupby'].pop('values')
     theirs = res['pandas groupby + merge'].pop('values')[list(ours.columns)]
     diff = float(np.abs(ours.to_numpy('f8') - theirs.to_numpy('f8')).max())

@@ -3,22 +3,12 @@ and its bytes on disk against the packed rows."""
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 from .report import fmt, ratio, table
+from .timing import fastest
 
 __all__ = ['saved_suite', 'add_args', 'run', 'format_table']
-
-def _best(f, repeat):
-    "The fastest of `repeat` runs of `f()`, in seconds, and the last result."
-    best, res = None, None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        res = f()
-        s = time.perf_counter() - t0
-        best = s if best is None else min(best, s)
-    return best, res
 
 def saved_suite(n=1_000_000, seed=0, repeat=1, path=None) -> dict:
     """Synthetic Criteo-like rows (26 string cats, 13 counts with NaN, a click label) through Categorify, FillMissing
@@ -37,16 +27,16 @@ def saved_suite(n=1_000_000, seed=0, repeat=1, path=None) -> dict:
     splits = RandomSplitter(valid_pct=0.2, seed=seed)(range(len(df)))
     build = lambda: TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=cats, cont_names=conts,
                                y_names=y, y_block=CategoryBlock(), splits=splits)
-    procs_s, to = _best(build, repeat)
+    procs_s, to = fastest(build, repeat)
     rows, _ = to.packed_rows('cpu')
     with tempfile.TemporaryDirectory(prefix='fgt-saved-', dir=path) as d:
         d = Path(d)/'tabular'
-        save_s, _ = _best(lambda: to.save(d, progress=False), repeat)
+        save_s, _ = fastest(lambda: to.save(d, progress=False), repeat)
         files = [p for p in d.rglob('*') if p.is_file()]
         on_disk = sum(p.stat().st_size for p in files)
         row_bytes = sum(p.stat().st_size for p in files if p.parent.name in ('train', 'valid') and p.suffix == '.npy')
-        load_s, back = _best(lambda: TabularGPU.load(d, progress=False), repeat)
-        fast_s, _ = _best(lambda: TabularGPU.load(d, progress=False, verify=False), repeat)
+        load_s, back = fastest(lambda: TabularGPU.load(d, progress=False), repeat)
+        fast_s, _ = fastest(lambda: TabularGPU.load(d, progress=False, verify=False), repeat)
         assert len(back) == len(to) and back.split == to.split
         released = back.released is not None   # the frame left to the packed rows (`packs_whole`), not rebuilt
     return {'rows': n, 'width': int(rows.shape[1]), 'procs_s': round(procs_s, 3), 'save_s': round(save_s, 3),

@@ -2,9 +2,8 @@
 statistic for the validation rows), on the same Criteo-like columns, folds and smoothing."""
 from __future__ import annotations
 
-import time
-
 from .report import fmt, table
+from .timing import fastest
 
 __all__ = ['target_suite', 'run', 'add_args', 'format_table']
 
@@ -35,14 +34,8 @@ def target_suite(rows:int=1_000_000, names=('C4', 'C10', 'C16', 'C22'), smooth='
         te = TargetEncode(names, smooth=smooth, folds=folds, seed=seed)
         to = TabularGPU(df, procs=[te], cat_names=names, y_names='label', splits=splits)
         return to.items[te.made_names].to_numpy()
-    res = {}
-    for k,f in (('sklearn TargetEncoder', sk), ('TargetEncode', ours)):
-        best = None
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            out = f()
-            best = min(best or np.inf, time.perf_counter() - t0)
-        res[k] = {'seconds': best, 'values': out}
+    res = {k: dict(zip(('seconds', 'values'), fastest(f, repeat))) for k,f in (('sklearn TargetEncoder', sk),
+                                                                                ('TargetEncode', ours))}
     diff = float(np.abs(res['TargetEncode'].pop('values') - res['sklearn TargetEncoder'].pop('values')).max())
     res['TargetEncode']['speedup_vs_sklearn'] = res['sklearn TargetEncoder']['seconds'] / res['TargetEncode']['seconds']
     return {'rows': rows, 'names': names, 'smooth': smooth, 'folds': folds, 'repeat': repeat, 'max_abs_diff': diff,

@@ -5,7 +5,17 @@ import time
 
 from .machine import MB, sync
 
-__all__ = ['loader_epoch', 'time_loader', 'bare_epoch', 'gather_bandwidth', 'median_ms']
+__all__ = ['fastest', 'loader_epoch', 'time_loader', 'bare_epoch', 'gather_bandwidth', 'median_ms']
+
+def fastest(f, repeat:int=1) -> tuple:
+    "The fastest of `repeat` runs of `f()`, in seconds (the least disturbed by other processes), and the last result."
+    best, res = None, None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        res = f()
+        s = time.perf_counter() - t0
+        best = s if best is None else min(best, s)
+    return best, res
 
 def _touch(b):
     "Read each yielded tensor (its last row), as a training step would, without forcing a device sync."
