@@ -64,7 +64,7 @@ def _uneven(df, nparts, seed):
 
 def _dask_encoded(to, made):
     "The encoded columns of a `TabularDask`, computed: (training rows, validation rows), each in row order."
-    # the whole frame, split here: Dask's optimizer mis-projects a filter on the split column it was read with
+    # the whole frame, split here, so that these values do not rest on the split mask (test_dask_tabular's)
     got = to.items[made + ['is_valid']].compute()
     v = got.pop('is_valid').to_numpy()
     return got[~v].to_numpy('f8'), got[v].to_numpy('f8')
