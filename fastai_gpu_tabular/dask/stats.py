@@ -182,12 +182,12 @@ def mean_dtype(dtypes):
     "The dtype of pandas' `DataFrame.mean()`/`std()` over columns of `dtypes`: float32 only if all are float32."
     return np.result_type(np.float32, *[np.float64 if np.dtype(d).kind in 'iub' else d for d in dtypes])
 
-def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0, squared:bool=False) -> tuple:
+def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0, squared:bool=False, lens=None) -> tuple:
     """`(means, stds)`: dicts as pandas' `df[cols].mean()` and `df[cols].std(ddof)` of the rows of the delayed
-    partitions `parts` put end to end: numpy's summation order, pandas' dtypes. Three passes: the partitions' lengths
-    (Dask may cut other expressions of the same frame into other partitions), the sums behind the means, the squares.
+    partitions `parts` put end to end: numpy's summation order, pandas' dtypes. Two passes: the sums behind the means,
+    then the squares; a third first counts the partitions' rows unless `lens` (their lengths) says them.
     `squared`: variances (`np.var(x, ddof=ddof)`) in place of the stds."""
-    lens = compute(*[delayed(len)(p) for p in parts])
+    if lens is None: lens = compute(*[delayed(len)(p) for p in parts])
     n, starts = int(sum(lens)), np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
     p1 = compute(*[delayed(_moments1)(p, cols, int(s), n) for p,s in zip(parts, starts)])
     means, avgs, counts = {}, {}, {}
@@ -233,11 +233,13 @@ def _bracket(part, cols, brackets):
 
 def _middle(n): return sorted({(n - 1) // 2, n // 2})
 
-def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096) -> dict:
+def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096, samples:dict|None=None) -> dict:
     """{col: pandas' median (`Series.median()`) of the non-NaN values in the delayed partitions `parts`}, None for
-    an all-NaN column. Two passes: a sample brackets the middle ranks, then the values inside the bracket are counted
-    and gathered and the middle ones selected; a bracket that missed is widened to the side and tried again."""
-    p1 = compute(*[delayed(_sample)(p, cols, sample, i) for i,p in enumerate(parts)])
+    an all-NaN column. Two passes: a sample brackets the middle ranks (`samples`, if given: {col: per partition
+    (non-NaN values, a sorted sample of them)}, saves this one), then the values inside the bracket are counted and
+    gathered and the middle ones selected; a bracket that missed is widened to the side and tried again."""
+    if samples is not None: p1 = [{c: samples[c][i] for c in cols} for i in range(len(next(iter(samples.values()))))]
+    else: p1 = compute(*[delayed(_sample)(p, cols, sample, i) for i,p in enumerate(parts)])
     res, todo = {}, {}
     for c in cols:
         n = sum(r[c][0] for r in p1)
