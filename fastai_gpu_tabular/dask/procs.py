@@ -98,7 +98,9 @@ def _encodes(self, to):
     meta = _apply(to.items[cols]._meta, self, names)   # the output's columns and dtypes, from an empty partition
     out = to.items[cols].map_partitions(_apply, dask.delayed(self), names, meta=meta)
     to.items = to.items.assign(**{c: out[c] for c in meta.columns})
-    scan = to.scan.rewritten(meta.columns)
+    # a HashedCross adds its crosses and leaves the columns it reads as they were: their scanned facts still hold
+    kept = set(cols) if isinstance(self, HashedCross) else set()
+    scan = to.scan.rewritten([c for c in meta.columns if c not in kept])
     if isinstance(self, FillMissing) and self.add_col:   # as the in-memory encodes names its `_na` columns
         for n in self.na_dict:
             if n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')

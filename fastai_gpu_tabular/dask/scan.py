@@ -86,12 +86,10 @@ def _arrow_strings(col):
     "The Arrow array of a column of Arrow strings (pandas' `str`/`string[pyarrow]`, `pd.ArrowDtype(string)`), or None."
     import pyarrow as pa
     dt = col.dtype
-    if isinstance(dt, pd.StringDtype) and dt.storage == 'pyarrow': a = col.array.__arrow_array__()
-    elif isinstance(dt, pd.ArrowDtype) and pa.types.is_string(dt.pyarrow_dtype): a = col.array.__arrow_array__()
-    elif isinstance(dt, pd.ArrowDtype) and pa.types.is_large_string(dt.pyarrow_dtype): a = col.array.__arrow_array__()
-    else: return None
-    a = a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
-    return a.cast(pa.large_string())
+    if not ((isinstance(dt, pd.StringDtype) and dt.storage == 'pyarrow') or (isinstance(dt, pd.ArrowDtype) and (
+            pa.types.is_string(dt.pyarrow_dtype) or pa.types.is_large_string(dt.pyarrow_dtype)))): return None
+    a = col.array.__arrow_array__()
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
 
 def _factorize(col) -> tuple:
     """`(codes, distinct)` of a host column: int codes (-1: missing) into its distinct values, Arrow strings where they
@@ -100,8 +98,8 @@ def _factorize(col) -> tuple:
     import pyarrow.compute as pc
     a = _arrow_strings(col)
     if a is not None:
-        d = a.dictionary_encode()
-        return pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), d.dictionary
+        d = a.dictionary_encode()   # its values as large strings: those of every partition then concatenate
+        return pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), d.dictionary.cast(pa.large_string())
     codes, uniq = pd.factorize(col.to_numpy() if col.dtype == object else col)
     uniq = np.asarray(uniq)
     if uniq.dtype == object and len(uniq) and pd.api.types.infer_dtype(uniq, skipna=False) == 'string':
@@ -181,6 +179,7 @@ def scan_part(part, i:int, spec:ScanSpec) -> dict:
     valid = (np.zeros(len(part), bool) if spec.split is None else
              valid_mask(part[spec.split], spec.on).to_numpy(dtype=bool, na_value=False))
     train = ~valid
+    if valid.any(): _save(d, 'valid', valid)   # the training rows, for `CachedParts.training`
     cols = {c: _scan_column(part[c], train, d, j, c, spec, i) for j,c in enumerate(spec.columns)}
     return dict(rows=(int(train.sum()), int(valid.sum())), index=_save_index(part.index, d), cols=cols)
 
@@ -282,6 +281,16 @@ class CachedParts:
         if self.backend != 'cudf': return df
         df = to_backend(df, 'cudf')
         return df.assign(**nan_as_null(df))
+
+    def training(self, names:list) -> pd.DataFrame:
+        "Columns `names` (numbers) of the training rows of all partitions, in order, on the host: read from the cache."
+        pos, cols = {c: j for j,c in enumerate(self.columns)}, {c: [] for c in names}
+        for i in range(len(self.index)):
+            d = self.cache.path/f'part.{i:05d}'
+            train = ~np.load(d/'valid.npy') if (d/'valid.npy').exists() else slice(None)
+            for c in names: cols[c].append(self._column(d, pos[c], self.columns[c])[train])
+        return pd.DataFrame({c: np.concatenate(v) if v else np.zeros(0, self.columns[c].dtype)
+                             for c,v in cols.items()}, copy=False)
 
     def meta(self):
         "The frame's empty partition: the columns in their dtypes (a cat column's categories unknown to Dask)."

@@ -73,6 +73,10 @@ from .target import TargetEncode, register_dask_target
 __all__ = ['TabularDask', 'DaskScan', 'valid_mask']
 
 _MEDIAN_SAMPLE = 4096   # training values a partition samples from each continuous column, to bracket the median
+# bytes of training rows' continuous columns held in memory while the procs are set up: FillMissing's median and mode
+# and Normalize's moments are then pandas' own over them, with no pass over the partitions (10M Criteo-like rows take
+# 416 MB); more, and each statistic is a pass or two over the cache (dask/stats.py)
+_TRAIN_CONTS_BYTES = 512 << 20
 
 _PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize, HashBucket,
           HashedCross, TargetEncode, JoinGroupby)
@@ -105,17 +109,21 @@ class DaskScan:
     """What the first pass over a Dask frame's rows found (dask/scan.py), read by the object and its procs instead of
     another pass: the rows (train, valid) in all and in each partition, the distinct values of the cat columns and
     targets as they came (`ColumnValues`), the continuous columns' missing and +-inf counts and training samples
-    (`ContFacts`). A column's facts go when a proc rewrites it (`rewritten`)."""
+    (`ContFacts`); while the procs are set up, the training rows' continuous columns, where they fit in memory
+    (`train`), for the statistics. A column's facts go when a proc rewrites it (`rewritten`)."""
     rows: np.ndarray  # int64 (train, valid)
     parts: np.ndarray|None = None  # int64 (partitions, 2): each partition's (train, valid) rows
     values: dict = dataclasses.field(default_factory=dict)  # {column: ColumnValues}
     conts: dict = dataclasses.field(default_factory=dict)  # {column: ContFacts}
+    cache: CachedParts|None = None  # the partitions' columns as the scan cached them
+    train: pd.DataFrame|None = None  # the training rows' continuous columns, as the procs so far left them
 
     def rewritten(self, names) -> DaskScan:
         "These facts without those of columns `names`, which a proc has just rewritten."
         names = set(names)
+        train = None if self.train is None else self.train.drop(columns=[c for c in self.train if c in names])
         return dataclasses.replace(self, values={k: v for k,v in self.values.items() if k not in names},
-                                   conts={k: v for k,v in self.conts.items() if k not in names})
+                                   conts={k: v for k,v in self.conts.items() if k not in names}, train=train)
 
 class _PackedPart(NamedTuple):
     "What packing one partition gave: its rows' layout and width, and how many of them went to train/ and valid/."
@@ -277,7 +285,7 @@ class TabularDask(TabularGPU):
                              'cudf' if is_cudf(meta) else 'pandas')
         with dask.config.set({'dataframe.convert-string': False}):   # the cache's dtypes are the source's
             items = dd.from_map(reader, range(len(res)), meta=reader.meta(), label='fgt-scan')
-        return items, DaskScan(parts.sum(0), parts, values, conts)
+        return items, DaskScan(parts.sum(0), parts, values, conts, reader)
 
     # --- the object and its subsets -------------------------------------------------------------------------------
     def __len__(self):
@@ -353,8 +361,23 @@ class TabularDask(TabularGPU):
         check_na_names(self.cat_names, self.items.columns, self.procs, setup,
                        lambda c: bool(self.cont_facts([c])[c].nan_train))
 
+    def _hold_training_conts(self):
+        """Put the training rows' continuous columns in `scan.train` if a proc learns statistics of them and they fit
+        in `_TRAIN_CONTS_BYTES`: read from the scan's cache (the page cache), no pass over the partitions."""
+        stats = any(isinstance(p, Normalize) or (isinstance(p, FillMissing) and p.fill_strategy not in
+                                                 (FillStrategy.constant, 'constant')) for p in self.procs.fs)
+        names, cache = [n for n in self.cont_names if n in self.scan.conts], self.scan.cache
+        if not (stats and names and cache): return
+        size = self.scan.rows[0] * sum(np.dtype(cache.columns[n].dtype).itemsize for n in names)
+        if size <= _TRAIN_CONTS_BYTES: self.scan = dataclasses.replace(self.scan, train=cache.training(names))
+
     def setup(self):
-        with self._progress('setup'): self._before_procs(setup=True); self.procs.setup(self); self._write()
+        with self._progress('setup'):
+            self._before_procs(setup=True)
+            self._hold_training_conts()
+            self.procs.setup(self)
+            self.scan = dataclasses.replace(self.scan, train=None)   # its memory back before the write
+            self._write()
     def process(self):
         with self._progress('process'): self._before_procs(); self.procs(self); self._write()
     def _progress(self, what):

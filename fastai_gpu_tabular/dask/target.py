@@ -5,6 +5,7 @@ Out-of-fold (`folds`): the training rows' target comes to the host (one number a
 each fold's mean and variance; each fold's sums are carried over the partitions in the same passes."""
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pandas as pd
 
@@ -19,6 +20,7 @@ from ..target import (
     fold_ids,
     m_smoothed,
 )
+from .scan import ContFacts
 from .split import valid_mask
 from .stats import compute, delayed, exact_moments
 
@@ -190,6 +192,11 @@ def _target_encodes(self, to):
     else: out = src.map_partitions(_encode_part, dask.delayed(self), meta=meta)
     to.items = to.items.assign(**{c: out[c] for c in self.made_names})
     to.scan = to.scan.rewritten(self.made_names)
+    # each row's values come from the tables (or are the target's mean): finite tables, no NaN for FillMissing to count
+    tables = [self.target_mean, *(e.to_numpy('f8') for e in self.encodings.values()),
+              *(t for _,t in (self._oof or {}).values())]
+    if all(np.isfinite(t).all() for t in tables):
+        to.scan = dataclasses.replace(to.scan, conts={**to.scan.conts, **{c: ContFacts() for c in self.made_names}})
     for c in self.made_names:
         if c not in to.cont_names: to.cont_names.append(c)
     return to
