@@ -100,7 +100,11 @@ def _encodes(self, to):
     to.items = to.items.assign(**{c: out[c] for c in meta.columns})
     # a HashedCross adds its crosses and leaves the columns it reads as they were: their scanned facts still hold
     kept = set(cols) if isinstance(self, HashedCross) else set()
+    held = _held(to, names['cont_names']) if names['cont_names'] and cols == names['cont_names'] else None
     scan = to.scan.rewritten([c for c in meta.columns if c not in kept])
+    if held is not None:   # FillMissing, Normalize: the held training conts as the partitions will be, for the next
+        done = _apply(held, self, names)
+        scan = dataclasses.replace(scan, train=scan.train.assign(**{c: done[c] for c in names['cont_names']}))
     if isinstance(self, FillMissing) and self.add_col:   # as the in-memory encodes names its `_na` columns
         for n in self.na_dict:
             if n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')
@@ -168,6 +172,17 @@ def _na_values(proc, to) -> dict:
         res[n+'_na'] = ColumnValues(np.array([False, True])[have], train[have], False)
     return res
 
+def _held(to, names:list) -> pd.DataFrame|None:
+    "The training rows' columns `names` where the scan holds them in memory (`DaskScan.train`), else None."
+    held = getattr(to, 'scan', None) and to.scan.train
+    return held[names] if held is not None and all(n in held.columns for n in names) else None
+
+def _training_parts(trn, names:list) -> list:
+    """Columns `names` of `trn`, a training subset: one frame in memory where the scan holds them, else the delayed
+    partitions."""
+    held = _held(trn, names)
+    return [held] if held is not None else trn.cols(names).to_delayed()
+
 # --- FillMissing --------------------------------------------------------------------------------------------------
 def _fillmissing_setups(self, to):
     strategy = getattr(FillStrategy, self.fill_strategy) if isinstance(self.fill_strategy, str) else self.fill_strategy
@@ -175,7 +190,7 @@ def _fillmissing_setups(self, to):
     facts = to.cont_facts(conts)   # the scan's missing counts
     missing = [n for n in conts if facts[n].nan_train]
     check_unfilled_nan([n for n in conts if facts[n].nan_all and not facts[n].nan_train], has_fill=True)
-    parts = to.cols(missing).to_delayed() if missing else []
+    parts = _training_parts(to, missing) if missing else []
     if strategy is FillStrategy.median:
         # the scan's samples of the training values bracket the median: one pass then counts and gathers in the bracket
         samples = {n: facts[n].samples for n in missing} if missing and all(facts[n].samples for n in missing) else None
@@ -191,8 +206,8 @@ def _fillmissing_setups(self, to):
 def _normalize_setups(self, to):
     trn, conts = to.train, list(to.cont_names)
     dtypes = {c: trn.items[c].dtype for c in conts}
-    means, stds = exact_moments(trn.cols(conts).to_delayed(), conts, dtypes, lens=trn.partition_rows()) if conts \
-        else ({}, {})
+    lens = None if _held(trn, conts) is not None else trn.partition_rows()
+    means, stds = exact_moments(_training_parts(trn, conts), conts, dtypes, lens=lens) if conts else ({}, {})
     # pandas adds 1e-7 to the std Series, in its common dtype
     plus = np.array([stds[c] for c in conts], dtype=mean_dtype(list(dtypes.values()))) + 1e-7
     self.means, self.stds = means, dict(zip(conts, plus))
