@@ -139,22 +139,10 @@ def _bag_block(to, name:str, width:int) -> torch.Tensor:
                       "seen in training: the extra elements are dropped", stacklevel=2)
     return pad_bags(codes.to(torch.int32), lens, width)
 
-_BLOCK = 4096   # rows a CPU copy writes at a time: a block of packed rows stays in the cache for all its columns
-
-def _copy_columns(out:torch.Tensor, cols:dict):
-    """`out[:, j] = col` for each `{j: col}` (cast to `out`'s dtype). On the CPU a block of rows at a time, for all the
-    columns: a whole column at a time writes one value a row, a cache miss each, then again for each column."""
-    if out.device.type != 'cpu':
-        for j,c in cols.items(): out[:, j] = c
-        return
-    o, cols = out.numpy(), {j: c.numpy() for j,c in cols.items()}
-    for a in range(0, len(o), _BLOCK):
-        for j,c in cols.items(): o[a:a+_BLOCK, j] = c[a:a+_BLOCK]
-
 def _fill(out:torch.Tensor, to, names:list, what:str, widths:list[int]|None=None):
     "Copy the columns `names` of `to` into `out` (a view of the packed rows): `widths` columns each (default one)."
     if not len(to.items): return
-    cols = {}
+    cols = []
     for c,(a,b) in zip(names, cat_spans(widths or [1] * len(names))):
         if c in to.multi_hot:
             out[:, a:b] = _bag_block(to, c, b - a)
@@ -163,8 +151,12 @@ def _fill(out:torch.Tensor, to, names:list, what:str, widths:list[int]|None=None
         if is_str_dtype(col.dtype) or not is_numeric_dtype(col.dtype):
             raise TypeError(f"{what} column {c!r} holds {col.dtype} values, not codes: call `process()` on this "
                             "TabularGPU first (test_dl does unless process=False)")
-        cols[a] = col_to_tensor(col)
-    _copy_columns(out, cols)
+        cols.append((a, col_to_tensor(col)))
+    # on the host, a few MB of rows at a time, which stay in the cache while every column is written into them: a
+    # column at a time over all rows would bring each row's cache line in from memory once per column
+    step = len(out) if out.is_cuda else max(2**22 // (4 * out.stride(0)), 1)
+    for r in range(0, len(out), step):
+        for a,t in cols: out[r:r + step, a] = t[r:r + step]
 
 def pack_rows(to:Tabular) -> tuple[torch.Tensor, Layout]:
     """`(rows, layout)` of a processed Tabular `to` (cat codes, conts and targets as numbers, multi-hot columns as
