@@ -1,9 +1,10 @@
 """The input checks `TabularGPU` (in memory) and `TabularDask` (over partitions) share, each error written once: names,
-columns, rows, +-inf, NaN nothing fills, targets, fastai's y_block rule, multi-hot declarations, NaN as null on cuDF.
-Each takes what its caller has already counted (in one pass over the frame, or one Dask computation) and raises,
-naming the columns, when the input is bad."""
+columns, rows, +-inf, NaN nothing fills, targets, fastai's y_block rule, multi-hot declarations, NaN as null on
+cuDF; and the guard every proc's `setups` wears. Each takes what its caller has already counted (in one pass
+over the frame, or one Dask computation) and raises, naming the columns, when the input is bad."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 import numpy as np
@@ -16,7 +17,18 @@ from .backend import Column, Frame, holds_strings, is_cudf, is_list_dtype, is_nu
 
 __all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
            'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
-           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns']
+           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns',
+           'guard_setups']
+
+def guard_setups(f:Callable) -> Callable:
+    """A proc's `setups`, with an AttributeError raised inside it made a RuntimeError naming the proc: fasttransform's
+    `Transform.setup` returns None on an AttributeError, which leaves the proc unset, and the Tabular without its
+    columns, without a word. Every proc wears it: ours on their `setups`, fastai's through `procs.register_proc`."""
+    @functools.wraps(f)
+    def _inner(self, to):
+        try: return f(self, to)
+        except AttributeError as e: raise RuntimeError(f"{type(self).__name__}.setups failed: {e}") from e
+    return _inner
 
 def check_rows(n:int) -> None:
     "Set-up needs rows: a ValueError for an empty frame (`n` rows)."

@@ -7,6 +7,7 @@ import pandas as pd
 from fastai.tabular.core import TabularProc
 
 from .backend import encode_codes, is_cudf, require_cudf, to_host, to_pandas
+from .checks import guard_setups
 
 __all__ = ['JoinGroupby']
 
@@ -53,6 +54,7 @@ class JoinGroupby(TabularProc):
         if bad: raise ValueError(f"JoinGroupby: continuous column(s) {bad} are entirely NaN in the training rows, so "
                                  "no category has a statistic: drop them from `conts`")
 
+    @guard_setups
     def setups(self, to):
         self.check_columns(to)
         df = to.items

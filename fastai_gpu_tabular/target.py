@@ -8,6 +8,7 @@ import pandas as pd
 from fastai.tabular.core import TabularProc
 
 from .backend import encode_codes, is_cudf, require_cudf, sorted_uniques, to_host
+from .checks import guard_setups
 
 __all__ = ['TargetEncode', 'target_encodings', 'fold_ids', 'category_sums', 'category_means', 'm_smoothed',
            'auto_smoothed', 'class_indicators']
@@ -163,12 +164,8 @@ class TargetEncode(TabularProc):
                              "training row's target; drop or fill those rows")
         return names, to.items[y]
 
+    @guard_setups
     def setups(self, to):
-        try: self._setups(to)
-        # fasttransform's `setup` swallows AttributeError: make it one the user sees
-        except AttributeError as e: raise RuntimeError(f"TargetEncode.setups failed: {e}") from e
-
-    def _setups(self, to):
         names, ycol = self._check(to)
         if not self.has_classes(ycol.name, ycol.dtype): self.target_classes,y = None,_values(ycol).astype('f8')
         else:
