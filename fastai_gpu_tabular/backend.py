@@ -16,7 +16,8 @@ if TYPE_CHECKING:   # for the hints only: cuDF is imported when first used (see 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
            'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'codes_dtype', 'encode_codes',
-           'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
+           'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings', 'value_kind',
+           'mixed_types_error',
            'split_lists', 'explode_lists', 'pad_bags', 'is_dask', 'use_rmm_for_torch']
 
 # the hints' names for a frame and a column on either backend (public, not star-exported)
@@ -199,6 +200,17 @@ def is_list_dtype(col:Column) -> bool:
     if is_cudf(col): return type(col.dtype).__name__ == 'ListDtype'
     return col.dtype == object and isinstance(_first_value(col), (list, tuple, np.ndarray))
 
+def value_kind(v:Any) -> str:
+    "'str', 'number' (bools, ints and floats, NumPy's too) or the type's name: values of one kind sort together."
+    if isinstance(v, str): return 'str'
+    if isinstance(v, (bool, int, float, np.bool_, np.number)): return 'number'
+    return type(v).__name__
+
+def mixed_types_error(name:str, values:Any) -> TypeError:
+    "The error for column `name`, whose distinct non-missing `values` mix types that fastai's vocabulary cannot sort."
+    kinds = sorted({type(o).__name__ for o in values})
+    return TypeError(f"column {name!r} mixes value types {kinds}: cast it to one type first")
+
 def holds_strings(col:Column) -> bool:
     "Whether a column's values are strings (a cuDF string column, or pandas cells that are `str`)."
     if is_cudf(col): return is_str_dtype(col.dtype)
@@ -213,9 +225,7 @@ def sorted_uniques(col:Column) -> list:
     u = u[~pd.isna(u)]
     if u.dtype != object: return list(np.sort(u))
     try: return sorted(u)
-    except TypeError:
-        kinds = sorted({type(o).__name__ for o in u})
-        raise TypeError(f"column {col.name!r} mixes value types {kinds}: cast it to one type first") from None
+    except TypeError: raise mixed_types_error(col.name, u) from None
 
 def holds_py_bools(col:Column) -> bool:
     """A cuDF bool column with nulls: pandas holds those values as an object column of Python bools (what cuDF's own

@@ -1,6 +1,6 @@
 """The input checks `TabularGPU` (in memory) and `TabularDask` (over partitions) share, each error written once: names,
-columns, rows, +-inf, NaN nothing fills, targets, fastai's y_block rule, multi-hot declarations, NaN as null on
-cuDF; and the guard every proc's `setups` wears. Each takes what its caller has already counted (in one pass
+columns, rows, +-inf, NaN nothing fills, targets, fastai's y_block rule, multi-hot declarations, value types, NaN as
+null on cuDF; and the guard every proc's `setups` wears. Each takes what its caller has already counted (in one pass
 over the frame, or one Dask computation) and raises, naming the columns, when the input is bad."""
 from __future__ import annotations
 
@@ -13,12 +13,23 @@ from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.tabular.core import FillMissing, Tabular
 from fastcore.foundation import L
 
-from .backend import Column, Frame, holds_strings, is_cudf, is_list_dtype, is_numeric_dtype, is_str_dtype, split_lists
+from .backend import (
+    Column,
+    Frame,
+    holds_strings,
+    is_cudf,
+    is_list_dtype,
+    is_numeric_dtype,
+    is_str_dtype,
+    mixed_types_error,
+    split_lists,
+    value_kind,
+)
 
 __all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
            'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
            'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns',
-           'guard_setups']
+           'check_value_types', 'guard_setups']
 
 def guard_setups(f:Callable) -> Callable:
     """A proc's `setups`, with an AttributeError raised inside it made a RuntimeError naming the proc: fasttransform's
@@ -82,6 +93,21 @@ def check_na_names(cat_names:list, columns:Iterable, procs:list|None, setup:bool
         if not made:
             raise KeyError(f"cat_names has {n!r}, the column FillMissing adds for NaN in {c!r}, but {c!r} has no "
                            f"NaN in the training rows, so FillMissing makes no {n!r}: remove it from cat_names")
+
+def check_value_types(items:Frame, cat_names:list, multi_hot:dict) -> None:
+    """fastai sorts a cat column's values into its vocabulary: a TypeError naming the first single-hot cat column of
+    `items` whose values are of kinds that do not sort together (strings and numbers), whether fastai's shrink cast it
+    to a category (its categories then hold them) or not. None and NaN are missing values, not a type."""
+    if is_cudf(items): return   # a cuDF column holds one type
+    for n in cat_names:
+        if n in multi_hot or n not in items.columns: continue
+        col = items[n]
+        vals = col.cat.categories if isinstance(col.dtype, pd.CategoricalDtype) else col if col.dtype == object else ()
+        # pandas' C pass says which may mix; the distinct values then say whether they do (ints and floats sort)
+        if not len(vals) or pd.api.types.infer_dtype(vals, skipna=True) not in ('mixed', 'mixed-integer'): continue
+        u = pd.unique(np.asarray(vals, dtype=object))
+        u = u[~pd.isna(u)]
+        if len({value_kind(v) for v in u}) > 1: raise mixed_types_error(n, u)
 
 def count_inf(col:Column) -> int:
     "Rows of `col` holding +-inf: one vectorized pass (only float columns can hold inf)."

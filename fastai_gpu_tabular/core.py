@@ -37,6 +37,7 @@ from .checks import (
     check_na_names,
     check_names,
     check_rows,
+    check_value_types,
     count_inf,
     default_y_block,
     fill_nan_check,
@@ -170,6 +171,7 @@ class TabularGPU(Tabular):
         "Bad input fails here, naming the columns, before any proc runs; and the packed rows are about to go stale."
         if setup: check_rows(len(self.items))
         check_columns(self.items.columns, self.cat_names, self.cont_names, self.y_names, self.procs, setup)
+        if setup: check_value_types(self.items, self.cat_names, self.multi_hot)
         check_inf({n: count_inf(self.items[n]) for n in self.cont_names if n in self.items.columns})
         if not self._has(FillMissing): fill_nan_check(self, None)
         train_nan = lambda c: self.items[c].iloc[:self.split].isna().any()
