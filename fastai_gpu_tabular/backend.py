@@ -15,9 +15,9 @@ if TYPE_CHECKING:   # for the hints only: cuDF is imported when first used (see 
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
-           'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'codes_dtype', 'encode_codes',
-           'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings', 'value_kind',
-           'mixed_types_error',
+           'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'float_dtypes', 'float_casts',
+           'codes_dtype', 'encode_codes', 'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
+           'value_kind', 'mixed_types_error',
            'split_lists', 'explode_lists', 'pad_bags', 'is_dask', 'use_rmm_for_torch']
 
 # the hints' names for a frame and a column on either backend (public, not star-exported)
@@ -238,6 +238,24 @@ def shrink_dtypes(df:Frame, skip:list|tuple=()) -> dict:
     if not is_cudf(df): return res
     objs = {c for c in df.columns if c not in skip and holds_py_bools(df[c])}   # fastai's obj2cat: to category
     return {c: 'category' if c in objs else res[c] for c in df.columns if c in objs or c in res}
+
+def float_dtypes(df:Frame, names:Any) -> dict:
+    "{name: dtype name} of the NumPy float columns of `df` (pandas, cuDF, or a Dask frame's meta) among `names`."
+    names = set(names)
+    return {c: t.name for c,t in df.dtypes.items() if c in names and isinstance(t, np.dtype) and t.kind == 'f'}
+
+def float_casts(df:Frame, dtypes:dict) -> dict:
+    """{name: dtype} of the columns of `df` to cast to the float `dtypes` (the training frame's, `float_dtypes`): those
+    of another dtype that hold numbers (a numeric dtype, or an object column of numbers, as `predict`'s row is). Ints
+    and strings are not cast to: an int's width changes no value (and a later int may not fit the training width), and
+    a string is not a number (a cat column of them is unseen by its vocabulary: '#na#', as fastai's)."""
+    res = {}
+    for c,t in dtypes.items():
+        if c not in df.columns or df[c].dtype == t: continue
+        dt = df[c].dtype
+        if pd.api.types.is_numeric_dtype(dt) or (dt == object and not is_cudf(df) and pd.api.types.infer_dtype(
+                df[c], skipna=True) in ('floating', 'integer', 'mixed-integer-float', 'boolean')): res[c] = t
+    return res
 
 def codes_dtype(n:int) -> np.dtype:
     "The signed dtype of pandas' codes for `n` categories (its `coerce_indexer_dtype`); cuDF's are unsigned to 26.06."

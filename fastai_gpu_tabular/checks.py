@@ -29,7 +29,7 @@ from .backend import (
 __all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
            'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
            'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns',
-           'check_value_types', 'guard_setups']
+           'raw_columns', 'check_value_types', 'guard_setups']
 
 def guard_setups(f:Callable) -> Callable:
     """A proc's `setups`, with an AttributeError raised inside it made a RuntimeError naming the proc: fasttransform's
@@ -79,6 +79,15 @@ def check_columns(columns:Iterable, cat_names:list, cont_names:list, y_names:lis
 def made_columns(procs) -> set:
     "Names of the columns set-up procs add to the frame (their `made_names`, e.g. TargetEncode's `<name>_te`)."
     return {c for p in getattr(procs, 'fs', L(procs)) if not isinstance(p, type) for c in getattr(p, 'made_names', ())}
+
+def raw_columns(procs, cat_names:list, cont_names:list, y_names:list) -> set:
+    """Names of the columns procs read as values (each proc's `raw_names`: HashBucket's, HashedCross', TargetEncode's,
+    JoinGroupby's), whose numbers fastai's shrink leaves as they are; a proc given as a class means its defaults."""
+    res = set()
+    for p in getattr(procs, 'fs', L(procs)):
+        if not hasattr(p, 'raw_names'): continue
+        res.update((p() if isinstance(p, type) else p).raw_names(list(cat_names), list(cont_names), list(y_names)))
+    return res
 
 def check_na_names(cat_names:list, columns:Iterable, procs:list|None, setup:bool,
                    train_nan:Callable[[str], bool]) -> None:

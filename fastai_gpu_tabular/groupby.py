@@ -54,6 +54,11 @@ class JoinGroupby(TabularProc):
         if bad: raise ValueError(f"JoinGroupby: continuous column(s) {bad} are entirely NaN in the training rows, so "
                                  "no category has a statistic: drop them from `conts`")
 
+    def raw_names(self, cat_names, cont_names, y_names) -> list:
+        """The cats it groups by and the conts it summarises: fastai's shrink leaves their values as they are (see
+        `checks.raw_columns`), so the statistics are pandas' of the values given (float64 ones too)."""
+        return list(dict.fromkeys(self.names + self.conts))
+
     @guard_setups
     def setups(self, to):
         self.check_columns(to)

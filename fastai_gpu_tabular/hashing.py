@@ -221,6 +221,10 @@ class HashBucket(TabularProc):
         self.num_buckets = {n: check_buckets(nb[n], f"num_buckets of {n!r}") for n in names}
         super().__init__()
 
+    def raw_names(self, cat_names, cont_names, y_names) -> list:
+        "The columns it hashes: fastai's shrink leaves their values as they are (see `checks.raw_columns`)."
+        return list(self.names)
+
     def check_columns(self, to:Tabular):
         "Its columns are single-hot cat columns of the frame; else an error naming them, before anything is hashed."
         _check_cols(to, self.names, 'HashBucket')
@@ -276,8 +280,8 @@ class HashedCross(TabularProc):
     With `num_buckets` unset the cross is exact, and Categorify (after it in procs) learns its vocabulary from the
     training rows; with `num_buckets` (an int, or {cross name: int}) it is hashed into buckets as `HashBucket` does
     (the hash of the joined text, see this module's docstring). The parts must be named columns (cat or cont); it
-    runs first (`order` -2, before HashBucket), on their raw values. A float part is written as its text: as the
-    float the Tabular holds (fastai's `reduce_memory` makes float64 float32), an integral one as an int."""
+    runs first (`order` -2, before HashBucket), on their raw values (fastai's `reduce_memory` leaves them as they
+    are). A float part is written as its text, an integral one as an int."""
     order = -2
     def __init__(self, names:list, num_buckets:int|dict|None=None, seed:int=0):
         names = [names] if names and isinstance(names[0], str) else list(names)
@@ -289,6 +293,10 @@ class HashedCross(TabularProc):
         self.num_buckets = {n: None if nb.get(n) is None else check_buckets(nb[n], f"num_buckets of {n!r}")
                             for n in self.made_names}
         super().__init__()
+
+    def raw_names(self, cat_names, cont_names, y_names) -> list:
+        "The columns it crosses: fastai's shrink leaves their values as they are (see `checks.raw_columns`)."
+        return list(dict.fromkeys(c for p in self.names for c in p))
 
     def check_columns(self, to:Tabular):
         "Its parts are single-hot columns of the frame, its crosses new names; else an error naming them."

@@ -117,6 +117,13 @@ class TargetEncode(TabularProc):
         try: return super().setup(items, train_setup)
         finally: self._fitting,self._oof = None,None
 
+    def raw_names(self, cat_names, cont_names, y_names) -> list:
+        """The cat columns it encodes and the target: fastai's shrink leaves their values as they are (see
+        `checks.raw_columns`), so the encodings are those of the values given (scikit-learn's on a float64 target)."""
+        flags = {f'{c}_na' for c in cont_names}
+        names = self.names if self.names is not None else [n for n in cat_names if n not in flags]
+        return [*names, *y_names]
+
     def check_names(self, to) -> tuple:
         "`(names, target)`: the columns to encode and the target's name, or an error naming what is wrong."
         if len(to.y_names) != 1:
