@@ -17,7 +17,7 @@ __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_
            'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
            'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'float_dtypes', 'float_casts',
            'codes_dtype', 'encode_codes', 'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
-           'value_kind', 'mixed_types_error',
+           'value_kind', 'column_kind', 'first_value', 'mixed_types_error',
            'split_lists', 'explode_lists', 'pad_bags', 'is_dask', 'use_rmm_for_torch']
 
 # the hints' names for a frame and a column on either backend (public, not star-exported)
@@ -200,11 +200,29 @@ def is_list_dtype(col:Column) -> bool:
     if is_cudf(col): return type(col.dtype).__name__ == 'ListDtype'
     return col.dtype == object and isinstance(_first_value(col), (list, tuple, np.ndarray))
 
+def first_value(col:Column) -> Any:
+    "The first non-null value of a column (pandas or cuDF), or None."
+    if not is_cudf(col): return _first_value(col)
+    v = to_host(col.dropna().head(1))
+    return v.iloc[0] if len(v) else None
+
 def value_kind(v:Any) -> str:
     "'str', 'number' (bools, ints and floats, NumPy's too) or the type's name: values of one kind sort together."
     if isinstance(v, str): return 'str'
     if isinstance(v, (bool, int, float, np.bool_, np.number)): return 'number'
     return type(v).__name__
+
+def column_kind(col:Column) -> str|None:
+    """The `value_kind` a column holds, cheaply: from its dtype (a categorical's categories'), or from its first value
+    for an object column; None for a column with no value, or of another dtype (lists, dates)."""
+    dt = col.dtype
+    if type(dt).__name__ == 'CategoricalDtype':   # its first category says (one, not all: they may be millions)
+        return value_kind(to_host(dt.categories[:1])[0]) if len(dt.categories) else None
+    if getattr(dt, 'kind', None) in ('b', 'i', 'u', 'f'): return 'number'   # NumPy's, cuDF's, pandas' nullable
+    if isinstance(dt, pd.StringDtype) or (is_cudf(col) and is_str_dtype(dt)): return 'str'
+    if dt != object or is_cudf(col): return None
+    v = _first_value(col)
+    return None if v is None else value_kind(v)
 
 def mixed_types_error(name:str, values:Any) -> TypeError:
     "The error for column `name`, whose distinct non-missing `values` mix types that fastai's vocabulary cannot sort."
@@ -248,7 +266,7 @@ def float_casts(df:Frame, dtypes:dict) -> dict:
     """{name: dtype} of the columns of `df` to cast to the float `dtypes` (the training frame's, `float_dtypes`): those
     of another dtype that hold numbers (a numeric dtype, or an object column of numbers, as `predict`'s row is). Ints
     and strings are not cast to: an int's width changes no value (and a later int may not fit the training width), and
-    a string is not a number (a cat column of them is unseen by its vocabulary: '#na#', as fastai's)."""
+    a string is not a number (a cat column then holds another kind of value than its vocabulary: see `check_kind`)."""
     res = {}
     for c,t in dtypes.items():
         if c not in df.columns or df[c].dtype == t: continue

