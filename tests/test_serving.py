@@ -113,9 +113,9 @@ class _Serving:
         if which == 'dask':
             dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
             import dask.dataframe as dd
-            with dask.config.set({'dataframe.convert-string': False}):
+            with dask.config.set({'dataframe.convert-string': False, 'scheduler': 'sync'}):
                 ddf = dd.from_pandas(self.df, npartitions=3, sort=False)
-            return TabularGPU(ddf, splits='is_valid', reduce_memory=rm, progress=False, **_tabular_kw(which)), ddf
+                return TabularGPU(ddf, splits='is_valid', reduce_memory=rm, progress=False, **_tabular_kw(which)), ddf
         to = TabularGPU(self.df, splits=(list(range(N_TRAIN)), list(range(N_TRAIN, N))), reduce_memory=rm,
                         **_tabular_kw(which))
         torch.manual_seed(0)
@@ -129,10 +129,11 @@ class _Serving:
         return _np(t.packed())
 
     def _new_dask(self, which, rm):
+        import dask
         to, ddf = self.get(which, rm, 'to')
         t = to.new(ddf.drop(columns=[Y, 'is_valid']))
         t.progress = False
-        t.process()
+        with dask.config.set(scheduler='sync'): t.process()
         return _np(t.packed())
 
     def _test_dl(self, which, rm):
@@ -175,9 +176,7 @@ class _Serving:
         return _np(learn.dls.test_dl(self._raw(), bs=N).one_batch())
 
 @pytest.fixture(scope='module')
-def serving(loans, tmp_path_factory):
-    import dask
-    with dask.config.set(scheduler='sync'): yield _Serving(loans, tmp_path_factory.mktemp('serving'))
+def serving(loans, tmp_path_factory): return _Serving(loans, tmp_path_factory.mktemp('serving'))
 
 @pytest.mark.parametrize('proc,kind,which,reduce_memory,path', _cases())
 def test_same_rows_in_training_and_serving(serving, proc, kind, which, reduce_memory, path):
