@@ -94,12 +94,13 @@ def fresh_env(tmp_path_factory):
     return py
 
 def test_readme_test_command_is_what_ci_runs():
-    "The one command the README gives for the tests is the one `.ci/run` runs, once per pandas line."
+    """The one command the README gives for the tests is the one `.ci/run` runs, once per pandas line: 3.1, what a
+    new install gets (fastai 2.8.12 brings it), and 2.3."""
     cmds = [c for b in blocks(section('The two commands')) for c in commands(b) if 'scripts/test.sh' in c]
     assert cmds == ['bash scripts/test.sh'], cmds
     ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'scripts/test.sh' in c]
     assert [re.sub(r'^(\w+=\S+ )+|\s*\|\|.*$', '', c) for c in ci] == cmds * 2, ci
-    assert sorted(re.search(r'PANDAS=(\S+)', c).group(1) for c in ci) == ['2.3', '3.0'], ci
+    assert sorted(re.search(r'PANDAS=(\S+)', c).group(1) for c in ci) == ['2.3', '3.1'], ci
 
 def test_readme_install_commands_resolve(checkout, fresh_env, tmp_path):
     """The README's install block from a clone, and its git-URL form (the URL pointed at a clone of this repository):
@@ -151,21 +152,23 @@ print(fastai_gpu_tabular.__file__)
                     reason='resolving the CUDA extras reads the package index for a minute or two: FGT_RESOLVE=1 runs '
                            'it (.ci/run does, on each pandas line)')
 def test_cuda_extras_resolve_to_the_newest_cudf_for_this_pandas(checkout, tmp_path):
-    """The README's `pip install ".[cuda12]"` / `".[cuda13]"`, resolved (`--dry-run`) in this environment with its
-    pandas held: cuDF >= 26.8 on pandas 3 (cuDF 26.8 and later need pandas 3.0), cuDF <= 26.6 on pandas 2."""
+    """The README's `pip install ".[cuda12]"` / `".[cuda13]"`, resolved (`--dry-run`) in this environment as the README
+    says: on pandas 3 as they are, giving cuDF >= 26.8 (26.8 and later need pandas 3.0; 26.10 caps it below 3.1, so
+    pandas 3.1 moves to 3.0); on pandas 2 held with a constraints file, giving cuDF <= 26.6 and the same pandas."""
     cmds = [c for c in commands(blocks(section('Install'))[0]) if 'cuda' in c]
     pd_version = Version(importlib.metadata.version('pandas'))
-    (tmp_path/'pandas.txt').write_text(f'pandas=={pd_version}\n')
-    run_together([pip_cmd(c, sys.executable) + ['--dry-run', '--quiet', '--report', tmp_path/f'{i}.json',
-                                                 '-c', tmp_path/'pandas.txt'] for i, c in enumerate(cmds)],
-                 cwd=checkout)
+    hold = [] if pd_version.major >= 3 else ['-c', tmp_path/'pandas.txt']
+    (tmp_path/'pandas.txt').write_text(f'pandas=={pd_version.major}.{pd_version.minor}.*\n')
+    run_together([pip_cmd(c, sys.executable) + ['--dry-run', '--quiet', '--report', tmp_path/f'{i}.json', *hold]
+                  for i, c in enumerate(cmds)], cwd=checkout)
     for i, c in enumerate(cmds):
         got = picked(tmp_path/f'{i}.json')
         cudf, = [Version(v) for n, v in got.items() if n.startswith('cudf-cu')]
-        pins = sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy")))
+        pandas = Version(got.get('pandas', str(pd_version)))   # what pandas the environment would then have
+        pins = sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy", "pandas")))
         print(f'pandas {pd_version}: {c} -> {pins}')
-        if pd_version.major >= 3: assert cudf >= Version('26.8'), (c, got)
-        else: assert Version('25.10') <= cudf <= Version('26.6'), (c, got)
+        if pd_version.major >= 3: assert cudf >= Version('26.8') and Version('3.0') <= pandas < Version('3.1'), (c, got)
+        else: assert Version('25.10') <= cudf <= Version('26.6') and pandas == pd_version, (c, got)
 
 def test_readme_small_frame_example():
     """The README's small-frame example runs as written and learns: at least 50 steps an epoch, and a validation loss
