@@ -18,6 +18,7 @@ from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
 
 from .backend import float_casts
+from .extras import import_extra
 from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
 from .pack import cat_widths
@@ -308,7 +309,8 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     with each row's bucket code, which `onnx_inputs` computes on the host from the raw columns.
     `onnx_inputs(df, path)` makes the inputs from a frame. `procs=False`: the model alone, on the loader's batches
     (`x_cat` int32, `x_cont` float32). Returns `path`."""
-    import onnx
+    onnx = import_extra('onnx', 'onnx', 'export_onnx')
+    import_extra('onnxscript', 'onnx', 'export_onnx')   # torch's dynamo exporter writes the graph with it
     from onnx import helper
     to = learn.dls.train_ds
     pm,xs = _preds_model(learn)
@@ -342,7 +344,7 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
 
 # --- the client side ----------------------------------------------------------------------------------------------
 def _session(model):
-    import onnxruntime as ort
+    ort = import_extra('onnxruntime', 'onnx', 'onnx_inputs')
     if isinstance(model, ort.InferenceSession): return model
     return ort.InferenceSession(str(model), providers=['CPUExecutionProvider'])
 
@@ -397,7 +399,7 @@ def export_triton(learn:Learner, repo:str|Path, name:str='fastai_tabular', versi
     (`export_onnx`'s file; `kwargs` go there) and, for a classifier, `labels.txt` (the target's vocab, for Triton's
     classification extension). Each input is a batched column: `dims: [1]` reshaped to the graph's 1-D input, strings
     as TYPE_STRING; the output `preds` is `[batch, n_out]`. Returns the model's folder."""
-    import onnx
+    onnx = import_extra('onnx', 'onnx', 'export_triton')
     d = Path(repo)/name
     (d/str(version)).mkdir(parents=True, exist_ok=True)
     path = export_onnx(learn, d/str(version)/'model.onnx', **kwargs)

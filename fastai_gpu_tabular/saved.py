@@ -327,6 +327,9 @@ def _write_text(path:Path, text:str) -> dict:
     return {'bytes': len(b), 'sha256': hashlib.sha256(b).hexdigest()}
 
 def _check_size(path:Path, entry:dict):
+    # a link's target can be any file, and can change under a loaded Tabular's mapped rows: its own files only
+    if path.is_symlink(): raise SavedFormatError(f"{path} is a symbolic link (to {os.readlink(path)}): a saved "
+                                                 "Tabular's files must be its own; copy the files, not links to them")
     if not path.exists(): raise SavedFormatError(f"{path} is missing: the saved Tabular is incomplete")
     n = path.stat().st_size
     if n != entry['bytes']:
