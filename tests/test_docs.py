@@ -57,3 +57,13 @@ def test_readme_is_a_front_page():
     assert len(readme.read_text().splitlines()) < 350
     linked = {(ROOT/unquote(t).partition('#')[0]).resolve() for t in links(readme)}
     assert [p.name for p in sorted((ROOT/'docs').rglob('*.md')) if p.resolve() not in linked] == []
+
+def test_chapters_name_every_proc_export_and_save_know():
+    """The deploy chapter's table names each proc `export_onnx` takes, and the saved-Tabulars chapter each proc a saved
+    Tabular holds, as their registrations say (`export.ONNX_PROCS` and `TARGET_PROCS`, `saved.saved_proc_types`)."""
+    from fastai_gpu_tabular.export import ONNX_PROCS, TARGET_PROCS
+    from fastai_gpu_tabular.saved import saved_proc_types
+    table = '\n'.join(l for l in (ROOT/'docs'/'deploy.md').read_text().splitlines() if l.startswith('|'))
+    assert [c.__name__ for c in (*ONNX_PROCS, *TARGET_PROCS) if f'`{c.__name__}`' not in table] == []
+    saved = (ROOT/'docs'/'saved-tabulars.md').read_text()
+    assert [c.__name__ for c in saved_proc_types() if c.__name__ not in saved] == []
