@@ -1,6 +1,6 @@
 """The user docs hold together: README.md stays a front page that links every chapter in docs/, and every relative link
-of README.md and docs/**/*.md reaches a file that exists and, with an `#anchor`, a heading of that page (GitHub's
-anchors). Code blocks and code spans are not links."""
+of README.md, docs/**/*.md and CONTRIBUTING.md reaches a file that exists and, with an `#anchor`, a heading of that page
+(GitHub's anchors). Code blocks and code spans are not links."""
 import re
 from urllib.parse import unquote
 from recipes import ROOT, doc_files
@@ -41,7 +41,7 @@ def test_anchor_rule():
 def test_relative_links_resolve():
     "Each relative link of the user docs names a file or folder that exists, and each `#anchor` a heading there."
     bad = []
-    for page in doc_files():
+    for page in [*doc_files(), ROOT/'CONTRIBUTING.md']:
         for target in links(page):
             if re.match(r'[a-z][a-z+.-]*:', target): continue   # https:, mailto:: not files of the repository
             path,_,frag = unquote(target).partition('#')
