@@ -1,5 +1,7 @@
 """LAMB for large tabular batches: a sync-free foreach `Lamb` for fastai, `torch_optimizer.Lamb` through `OptimWrapper`
-with proper weight-decay groups, and the batch-size helpers of the large-batch recipe.
+with proper weight-decay groups, and the batch-size helpers of the large-batch recipe; and for embedding tables with
+sparse gradients, a lazy row-wise Adam (`sparse_adam_step`: `torch.optim.SparseAdam`'s math, moments only for the rows
+touched) that `sparse_opt` joins to any fastai optimizer.
 
 Large-batch recipe (what the helpers below are for):
 

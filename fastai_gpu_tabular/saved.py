@@ -143,6 +143,10 @@ def register_saved_proc(cls:type, state:Callable, restore:Callable) -> None:
     the file. Loading looks the type up by the name saved, in these registrations only."""
     _SAVERS[f'{cls.__module__}.{cls.__qualname__}'] = (cls, state, restore)
 
+def saved_proc_types() -> list:
+    "The proc classes a saved Tabular holds: those `register_saved_proc` registered."
+    return [c for c,_,_ in _SAVERS.values()]
+
 def _need(p, *attrs):
     missing = [a for a in attrs if not hasattr(p, a)]
     if missing: raise ValueError(f"{type(p).__name__} has no {missing}: save a Tabular after its procs are set up")
@@ -281,7 +285,7 @@ def _proc_state(p) -> dict:
     name = f'{type(p).__module__}.{type(p).__qualname__}'
     if name not in _SAVERS:
         raise TypeError(f"proc {type(p).__name__} ({name}) has no saved form: a saved Tabular holds "
-                        f"{', '.join(c.__name__ for c,_,_ in _SAVERS.values())} (see `register_saved_proc`)")
+                        f"{', '.join(c.__name__ for c in saved_proc_types())} (see `register_saved_proc`)")
     return {'type': name, 'state': _SAVERS[name][1](p)}
 
 def _restore_proc(d:dict):

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, TabularPandas, range_of
-from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
+from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_adult
 
@@ -112,12 +112,6 @@ def test_names_twice_and_splits(adult, as_backend):
         make(adult, as_backend, cont_names=['age', 'age'])
     with pytest.raises(IndexError, match=r'splits hold row positions outside'):
         make(adult, as_backend, splits=([0, 1, 2], [len(adult) + 10]))
-
-def test_unprocessed_data_cannot_be_packed(adult, as_backend):
-    to = make(adult, as_backend)
-    raw = to.new(as_backend(adult.iloc[:50]))
-    with pytest.raises(TypeError, match=r"cat column 'workclass' holds .* not codes: call `process\(\)`"):
-        BatchDataLoader(raw, bs=8)
 
 def test_caller_frame_never_mutated(adult, as_backend):
     df = as_backend(adult.copy())
