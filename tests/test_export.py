@@ -139,7 +139,8 @@ def test_onnx_model_alone_takes_loader_batches(regr, tmp_path):
     path = export_onnx(learn, tmp_path/'model.onnx', procs=False)
     sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
     with learn.no_bar(): preds,_ = learn.get_preds(ds_idx=1)
-    out = [sess.run(None, {'x_cat': xc.numpy(), 'x_cont': xn.numpy()})[0] for xc,xn,_ in learn.dls.valid]
+    out = [sess.run(None, {'x_cat': xc.cpu().numpy(), 'x_cont': xn.cpu().numpy()})[0]   # batches: on the device
+           for xc,xn,_ in learn.dls.valid]
     assert learn.dls.valid.one_batch()[0].dtype == torch.int32
     np.testing.assert_allclose(np.concatenate(out), preds.numpy(), atol=1e-5, rtol=0)
 

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fake_device import CHILD_PRELUDE
 from fastai.tabular import core as fatc
 from fastai.tabular.all import (
     CategoryBlock,
@@ -188,7 +189,7 @@ sys.addaudithook(hook)
 to = TabularGPU.load(path, progress=False)
 dls = to.dataloaders(bs=4096, shuffle=False)
 for i,b in enumerate(dls.valid):
-    np.save(f'{out}/b{i}.npy', np.concatenate([t.numpy().view(np.int32).reshape(len(t), -1) for t in b], 1))
+    np.save(f'{out}/b{i}.npy', np.concatenate([t.cpu().numpy().view(np.int32).reshape(len(t), -1) for t in b], 1))
 import pickle, pathlib
 try: pickle.loads(pickle.dumps(pathlib.Path('x'))); print('the hook missed an unpickling')
 except RuntimeError: pass
@@ -202,12 +203,12 @@ def test_fresh_process_reads_no_pickle(ml, tmp_path):
     (tmp_path/'out').mkdir()
     root = str(Path(__file__).parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get('PYTHONPATH', '')]))
-    res = subprocess.run([sys.executable, '-c', _FRESH, str(tmp_path/'ml'), str(tmp_path/'out')], capture_output=True,
-                         text=True, env=env, timeout=600)
+    res = subprocess.run([sys.executable, '-c', CHILD_PRELUDE + _FRESH, str(tmp_path/'ml'), str(tmp_path/'out')],
+                         capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     opened = res.stdout.split()
     assert opened and all(f.endswith(('.npy', '.json')) for f in opened)
-    want = [np.concatenate([t.numpy().view(np.int32).reshape(len(t), -1) for t in b], 1)
+    want = [np.concatenate([t.cpu().numpy().view(np.int32).reshape(len(t), -1) for t in b], 1)
             for b in ours.dataloaders(bs=4096, shuffle=False).valid]
     got = [np.load(tmp_path/'out'/f'b{i}.npy') for i in range(len(want))]
     assert len(list((tmp_path/'out').iterdir())) == len(want)

@@ -253,8 +253,8 @@ def test_export_onnx_encodes_like_test_dl(adult, ratings, case, tmp_path):
     x_cat, x_cont = sess.run(['fgt/x_cat', 'fgt/x_cont'], onnx_inputs(test, sess))
     dl = learn.dls.test_dl(test, bs=len(test))
     b = dl.one_batch()
-    np.testing.assert_array_equal(x_cat, b[0].numpy())
-    np.testing.assert_array_equal(x_cont, b[1].numpy())
+    np.testing.assert_array_equal(x_cat, b[0].cpu().numpy())   # the batch is on the loaders' device
+    np.testing.assert_array_equal(x_cont, b[1].cpu().numpy())
 
 def test_bench_suite_small():
     "`python -m fastai_gpu_tabular.bench --suite target` at a small size: both encoders ran and agree bit for bit."
