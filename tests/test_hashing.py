@@ -250,7 +250,7 @@ def test_learner_embeds_hashed_columns(ml, tmp_path):
     assert torch.equal(row.packed()[0], dl.dataset.packed()[0][3:4])
     learn.export(tmp_path/'hashed.pkl')
     back = load_learner(tmp_path/'hashed.pkl', cpu=True)
-    learn.dls.cpu()   # the learner on the host too, as load_learner(cpu=True) puts its copy: cuBLAS rounds unlike the CPU
+    learn.dls.cpu()   # the learner on the host too, as load_learner(cpu=True) puts its copy: cuBLAS rounds unlike it
     with back.no_bar(), learn.no_bar():
         assert torch.equal(back.get_preds(dl=back.dls.test_dl(new))[0], learn.get_preds(dl=dl)[0])
 

@@ -174,7 +174,7 @@ def test_learner_predict_test_dl_export(adult, tmp_path):
     learn.export(tmp_path/'te.pkl')
     loaded = load_learner(tmp_path/'te.pkl', cpu=True)
     assert loaded.dls.train_ds.procs.target_type_ == 'binary'
-    learn.dls.cpu()   # the learner on the host too, as load_learner(cpu=True) puts its copy: cuBLAS rounds unlike the CPU
+    learn.dls.cpu()   # the learner on the host too, as load_learner(cpu=True) puts its copy: cuBLAS rounds unlike it
     assert (loaded.predict(row)[2] == learn.predict(row)[2]).all()
 
 def test_defaults_encode_the_single_hot_cats():
