@@ -103,7 +103,13 @@ def to_backend(df:Frame, backend:str|None=None) -> Frame:
     own = backend_of(df)
     if backend is None or backend == own: return df
     if is_dask(df) and backend in ('cudf', 'pandas'): return df.to_backend(backend)   # dask-cudf for 'cudf'
-    if backend == 'cudf': return require_cudf().from_pandas(df)
+    if backend == 'cudf':
+        try: return require_cudf().from_pandas(df)
+        except (TypeError, ValueError):   # cuDF's MixedTypeError (Arrow's errors) names no column: find it
+            for n,c in (df.items() if hasattr(df, 'columns') else [(df.name, df)]):
+                vals = c.dropna() if c.dtype == object else ()
+                if len({type(o) for o in vals}) > 1: raise _mixed_types(n, vals) from None
+            raise
     if backend == 'pandas': return df.to_pandas()
     raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")
 
@@ -213,9 +219,11 @@ def sorted_uniques(col:Column) -> list:
     u = u[~pd.isna(u)]
     if u.dtype != object: return list(np.sort(u))
     try: return sorted(u)
-    except TypeError:
-        kinds = sorted({type(o).__name__ for o in u})
-        raise TypeError(f"column {col.name!r} mixes value types {kinds}: cast it to one type first") from None
+    except TypeError: raise _mixed_types(col.name, u) from None
+
+def _mixed_types(name, values) -> TypeError:
+    kinds = sorted({type(o).__name__ for o in values})
+    return TypeError(f"column {name!r} mixes value types {kinds}: cast it to one type first")
 
 def holds_py_bools(col:Column) -> bool:
     """A cuDF bool column with nulls: pandas holds those values as an object column of Python bools (what cuDF's own
