@@ -6,6 +6,7 @@ broken install cannot pass as skips.
 
 FGT_FAKE_DEVICE=lazy runs the suite with fastai's `default_device()` on a device that is not the CPU, as on a GPU
 machine (see tests/fake_device.py): a test that assumes the CPU, or mixes the CPU with the loaders' device, fails."""
+import importlib.util
 import os
 import pytest
 import torch
@@ -31,11 +32,13 @@ def pytest_collection_modifyitems(config, items):
         # probe cuDF only when a cudf test was collected: importing it initialises CUDA
         if not tier_items: continue
         reason = _missing(tier)
-        if reason is None: continue
+        why = {it: reason or _lacks(it.get_closest_marker(tier)) for it in tier_items}
+        cannot = {it: r for it,r in why.items() if r}
+        if not cannot: continue
         if tier in REQUIRE:
-            raise pytest.UsageError(f"the {tier} tier is required (FGT_REQUIRE/FGT_REQUIRE_GPU) but {len(tier_items)} "
-                                    f"{tier} test(s) cannot run: {reason}")
-        for it in tier_items: it.add_marker(pytest.mark.skip(reason=reason))
+            raise pytest.UsageError(f"the {tier} tier is required (FGT_REQUIRE/FGT_REQUIRE_GPU) but {len(cannot)} "
+                                    f"{tier} test(s) cannot run: {next(iter(cannot.values()))}")
+        for it,r in cannot.items(): it.add_marker(pytest.mark.skip(reason=r))
 
 def _missing(tier):
     "Why the `tier` tests cannot run here, or None."
@@ -43,6 +46,11 @@ def _missing(tier):
         return f"needs a CUDA device and a CUDA build of torch (torch {torch.__version__})"
     if tier == 'cudf' and not cudf_available(): return f"needs cuDF: {cudf_reason()}"
     return None
+
+def _lacks(marker):
+    "The first module a tier's test also needs (`@pytest.mark.cudf(needs=['dask_cudf'])`) that is not installed."
+    missing = [m for m in (marker.kwargs.get('needs', ()) if marker else ()) if importlib.util.find_spec(m) is None]
+    if missing: return f"needs {missing[0]}: the CUDA extras install it (pip install '.[cuda12]' or '.[cuda13]')"
 
 @pytest.fixture(params=['pandas', pytest.param('cudf', marks=pytest.mark.cudf)])
 def backend(request):

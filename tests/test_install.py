@@ -152,7 +152,8 @@ print(fastai_gpu_tabular.__file__)
                            'it (.ci/run does, on each pandas line)')
 def test_cuda_extras_resolve_to_the_newest_cudf_for_this_pandas(checkout, tmp_path):
     """The README's `pip install ".[cuda12]"` / `".[cuda13]"`, resolved (`--dry-run`) in this environment with its
-    pandas held: cuDF >= 26.8 on pandas 3 (cuDF 26.8 and later need pandas 3.0), cuDF <= 26.6 on pandas 2."""
+    pandas held: cuDF >= 26.8 on pandas 3 (cuDF 26.8 and later need pandas 3.0), cuDF <= 26.6 on pandas 2; dask-cudf
+    at cuDF's version."""
     cmds = [c for c in commands(blocks(section('Install'))[0]) if 'cuda' in c]
     pd_version = Version(importlib.metadata.version('pandas'))
     (tmp_path/'pandas.txt').write_text(f'pandas=={pd_version}\n')
@@ -161,8 +162,10 @@ def test_cuda_extras_resolve_to_the_newest_cudf_for_this_pandas(checkout, tmp_pa
                  cwd=checkout)
     for i, c in enumerate(cmds):
         got = picked(tmp_path/f'{i}.json')
-        cudf, = [Version(v) for n, v in got.items() if n.startswith('cudf-cu')]
-        pins = sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy")))
+        (name, v), = [(n, v) for n, v in got.items() if n.startswith('cudf-cu')]
+        cudf = Version(v)
+        assert got[f'dask-{name}'] == v, (c, got)   # dask-cudf, at cuDF's own version
+        pins = sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy", "dask")))
         print(f'pandas {pd_version}: {c} -> {pins}')
         if pd_version.major >= 3: assert cudf >= Version('26.8'), (c, got)
         else: assert Version('25.10') <= cudf <= Version('26.6'), (c, got)
