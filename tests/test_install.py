@@ -18,6 +18,12 @@ from packaging.version import Version
 ROOT = Path(__file__).parent.parent
 README = (ROOT/'README.md').read_text()
 URL = tomllib.loads((ROOT/'pyproject.toml').read_text())['project']['urls']['Repository']
+PIP = Version(importlib.metadata.version('pip'))
+
+def needs_pip(version, why):
+    "Skip, saying why, where this venv's pip is older than `version` (scripts/env.sh upgrades it; pytest alone not)."
+    why = f"needs pip >= {version} ({why}), this venv has {PIP}: `python -m pip install -U pip` (scripts/env.sh does)"
+    return pytest.mark.skipif(PIP < Version(version), reason=why)
 
 def section(title) -> str:
     "The text under README's heading `title`, up to the next heading of the same or a higher level (fences skipped)."
@@ -97,10 +103,16 @@ def test_readme_test_command_is_what_ci_runs():
     "The one command the README gives for the tests is the one `.ci/run` runs, once per pandas line."
     cmds = [c for b in blocks(section('The two commands')) for c in commands(b) if 'scripts/test.sh' in c]
     assert cmds == ['bash scripts/test.sh'], cmds
-    ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'scripts/test.sh' in c]
+    ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'scripts/test.sh' in c and 'FGT_FAKE_DEVICE' not in c]
     assert [re.sub(r'^(\w+=\S+ )+|\s*\|\|.*$', '', c) for c in ci] == cmds * 2, ci
     assert sorted(re.search(r'PANDAS=(\S+)', c).group(1) for c in ci) == ['2.3', '3.0'], ci
 
+def test_ci_runs_the_suite_on_the_stand_in_device():
+    "A pass of `.ci/run` runs README's test command with the CPU stand-in for a GPU (tests/fake_device.py)."
+    ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'FGT_FAKE_DEVICE' in c]
+    assert ci == ['FGT_FAKE_DEVICE=lazy PANDAS=3.0 bash scripts/test.sh || status=1'], ci
+
+@needs_pip('24.1', "older ones refuse the 'name @ git+file:///...' requirement as invalid")
 def test_readme_install_commands_resolve(checkout, fresh_env, tmp_path):
     """The README's install block from a clone, and its git-URL form (the URL pointed at a clone of this repository):
     each resolves in a fresh environment, which has fastai, and needs only this package from it."""
@@ -150,6 +162,7 @@ print(fastai_gpu_tabular.__file__)
 @pytest.mark.skipif(os.environ.get('FGT_RESOLVE') != '1',
                     reason='resolving the CUDA extras reads the package index for a minute or two: FGT_RESOLVE=1 runs '
                            'it (.ci/run does, on each pandas line)')
+@needs_pip('22.2', 'install --dry-run --report')
 def test_cuda_extras_resolve_to_the_newest_cudf_for_this_pandas(checkout, tmp_path):
     """The README's `pip install ".[cuda12]"` / `".[cuda13]"`, resolved (`--dry-run`) in this environment with its
     pandas held: cuDF >= 26.8 on pandas 3 (cuDF 26.8 and later need pandas 3.0), cuDF <= 26.6 on pandas 2; dask-cudf
@@ -170,10 +183,12 @@ def test_cuda_extras_resolve_to_the_newest_cudf_for_this_pandas(checkout, tmp_pa
         if pd_version.major >= 3: assert cudf >= Version('26.8'), (c, got)
         else: assert Version('25.10') <= cudf <= Version('26.6'), (c, got)
 
-def test_readme_small_frame_example():
+def test_readme_small_frame_example(tmp_path, monkeypatch):
     """The README's small-frame example runs as written and learns: at least 50 steps an epoch, and a validation loss
-    below the class prior's (predicting the training share of '>50K' for every row)."""
+    below the class prior's (predicting the training share of '>50K' for every row). It runs in a temporary folder:
+    `lr_find` saves the model in `./models` (fastai's `learn.path`), which it leaves behind."""
     from fastai.tabular.all import set_seed
+    monkeypatch.chdir(tmp_path)
     block, = [b for b in blocks(README, 'python') if 'load_adult()' in b]
     ns = {}
     set_seed(0)
