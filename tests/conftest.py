@@ -10,6 +10,7 @@ import importlib.util
 import os
 import pytest
 import torch
+from hypothesis import settings
 from fastai_gpu_tabular.backend import cudf_available, cudf_reason, to_backend
 
 TIERS = ('cuda', 'cudf')
@@ -17,6 +18,8 @@ REQUIRE = (set(TIERS) if os.environ.get('FGT_REQUIRE_GPU') == '1'
            else set(os.environ.get('FGT_REQUIRE', '').split(',')) - {''})
 if REQUIRE - set(TIERS): raise ValueError(f"FGT_REQUIRE names {sorted(REQUIRE - set(TIERS))}: the tiers are {TIERS}")
 FAKE_DEVICE = os.environ.get('FGT_FAKE_DEVICE')
+# `--hypothesis-profile=ci` (.ci/run): the same examples every run, and no example database written into the checkout
+settings.register_profile('ci', derandomize=True, database=None)
 
 if FAKE_DEVICE:
     from fake_device import LAZY_CANNOT, use_fake_device
