@@ -104,7 +104,13 @@ def to_backend(df:Frame, backend:str|None=None) -> Frame:
     own = backend_of(df)
     if backend is None or backend == own: return df
     if is_dask(df) and backend in ('cudf', 'pandas'): return df.to_backend(backend)   # dask-cudf for 'cudf'
-    if backend == 'cudf': return require_cudf().from_pandas(df)
+    if backend == 'cudf':
+        try: return require_cudf().from_pandas(df)
+        except (TypeError, ValueError):   # cuDF's MixedTypeError (Arrow's errors) names no column: find it
+            for n,c in (df.items() if hasattr(df, 'columns') else [(df.name, df)]):
+                vals = c.dropna() if c.dtype == object else ()
+                if len({type(o) for o in vals}) > 1: raise mixed_types_error(n, vals) from None
+            raise
     if backend == 'pandas': return df.to_pandas()
     raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")
 

@@ -32,7 +32,7 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
 from fastcore.foundation import L
 
-from .backend import frame_device, frame_of_tensors, is_dask, to_backend
+from .backend import frame_device, frame_of_tensors, is_dask, to_backend, to_host
 from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross
 from .pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
@@ -439,6 +439,7 @@ def _check_digest(path:Path, entry:dict, h, buf):
 # --- save -------------------------------------------------------------------------------------------------------------
 def _index_entry(index, path:Path, files:dict) -> dict:
     "The frame's row index: a range as its bounds, integers as `index.npy`."
+    index = to_host(index)   # a cuDF frame's stays on the device
     if isinstance(index, pd.RangeIndex): return {'start': index.start, 'stop': index.stop, 'step': index.step}
     if not pd.api.types.is_integer_dtype(index.dtype) or isinstance(index, pd.MultiIndex):
         raise TypeError(f"the frame's row index holds {index.dtype} labels: a saved Tabular holds integer row labels; "

@@ -29,6 +29,15 @@ def test_require_cudf_says_how(monkeypatch):
         B.require_cudf()
     with pytest.raises(ImportError): B.to_backend(pd.DataFrame({'a': [1]}), 'cudf')
 
+def test_a_frame_cudf_refuses_is_named(monkeypatch):
+    """cuDF's `from_pandas` refuses an object column of mixed types with a MixedTypeError (a TypeError) that names no
+    column: `to_backend` names it, as the pandas path does (test_errors runs it on cuDF itself)."""
+    def refuse(df): raise TypeError('Cannot create column with mixed types')   # cuDF's message (column.py)
+    monkeypatch.setattr(B, 'require_cudf', lambda: type('cudf', (), {'from_pandas': staticmethod(refuse)}))
+    df = pd.DataFrame({'a': ['x', None, 'y'], 'b': pd.Series(['u', 3, np.nan], dtype=object)})
+    with pytest.raises(TypeError, match=r"column 'b' mixes value types \['int', 'str'\]"): B.to_backend(df, 'cudf')
+    with pytest.raises(TypeError, match='Cannot create column'): B.to_backend(df[['a']], 'cudf')   # none mixed: cuDF's
+
 def test_col_to_tensor_is_zero_copy_on_cpu():
     s = pd.Series(np.arange(10, dtype=np.float32))
     t = B.col_to_tensor(s)

@@ -1,4 +1,5 @@
 "The bench end to end at tiny N: each contender runs, the JSON has its schema, the chart exists; no timing asserted."
+import argparse
 import json
 import math
 import subprocess
@@ -92,6 +93,15 @@ def test_import_is_light():
     code = 'import sys, fastai_gpu_tabular.bench; print(sorted({"torch", "fastai", "cudf"} & set(sys.modules)))'
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == '[]'
+
+def test_cudf_contenders_skip_without_a_process(monkeypatch, tmp_path):
+    "On the CPU, or where cuDF is not installed, the cuDF contenders skip, saying why, and start no process."
+    from fastai_gpu_tabular.bench import contenders as C
+    monkeypatch.setattr(C, 'run_child', lambda *a, **k: pytest.fail('a process was started'))
+    opts = argparse.Namespace(device='cpu', no_train=False)
+    for name in ('gpu_cudf', 'stock_cudf_pandas', 'gpu_cudf_rmm'):
+        c = C._spawn(name, opts, tmp_path/'data.parquet')
+        assert c['status'] == 'skipped' and c['reason'] in ('cuDF is not installed', 'cuDF needs a GPU: --device cuda')
 
 def test_bad_contender():
     with pytest.raises(SystemExit, match='unknown contender'): main(['--contenders', 'stock_nope'])

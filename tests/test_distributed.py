@@ -3,6 +3,7 @@ by torchrun on a free port with a time limit, which save what they saw; the test
 Run as a script, this file is the ranks' program."""
 import contextlib
 import io
+import json
 import os
 import signal
 import socket
@@ -27,6 +28,7 @@ from fastai.tabular.all import Categorify, FillMissing, Normalize, tabular_confi
 from fastai.torch_core import noop, rank_distrib, set_seed
 from fastai_gpu_tabular import core
 from fastai_gpu_tabular.all import AUC, DistributedBatchDL, Lamb, TabularGPU, shard_layout, shard_span, tabular_learner
+from fastai_gpu_tabular.bench.ddp import rank_epochs
 from fastai_gpu_tabular.datasets import load_adult
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']
@@ -35,6 +37,8 @@ CONTS = ['age', 'fnlwgt', 'educational-num', 'capital-gain', 'capital-loss', 'ho
 N_VALID, BS, VAL_BS, BS_SPARSE = 9767, 1024, 257, 512
 SPARSE = {'sparse_lamb': dict(sparse=True, opt_func=Lamb), 'fused_adam': dict(sparse=True, fused=True, emb_szs=8)}
 TIMEOUT = 600   # seconds for the whole 2-rank run (a shared, loaded 2-core machine); nothing waits longer
+# the ddp bench suite at a tiny size (`bench.ddp.rank_epochs`' arguments): its ranks run in this file's rank program
+BENCH = dict(rows=5000, bs=512, device='cpu', contenders=['ours', 'fastai'], epochs=1, warmup=0, max_s=120., threads=1)
 
 # --- the data and learners, built alike by the ranks and by the single-process references ---------------------------
 def frame():
@@ -140,6 +144,8 @@ def rank_main(out):
         with learn.distrib_ctx(**ctx): learn.fit(1, 1e-2)
         res[kind]['step64'] = dict(init=init, state=state(learn))
     res['stream'] = stream_run(df, splits, ctx)
+    # the ddp bench suite's ranks at a tiny size, in this process group (test_ddp_bench_suite_small)
+    rank_epochs(json.dumps(BENCH), out/'bench')
     torch.save(res, out/f'rank{rank_distrib()}.pt')
 
 def stream_run(df, splits, ctx):
@@ -361,11 +367,12 @@ def test_lr_find_and_show_batch(ranks):
         assert [len(d) for d in r['shown']] == [10, 10]
         assert all(set(CATS) <= set(d.columns) and d['workclass'].map(type).eq(str).all() for d in r['shown'])
 
-def test_ddp_bench_suite_small():
-    "The bench suite end to end at a tiny size (2 ranks, gloo): our wrapper yields what len() says; no timing asserted."
-    from fastai_gpu_tabular.bench.ddp import ddp_suite, format_table
-    res = ddp_suite(rows=[5000], bs=512, contenders=['ours', 'fastai'], epochs=1, warmup=0, timeout=TIMEOUT)
-    r = res['rows']['5000']
+def test_ddp_bench_suite_small(ranks):
+    """The ddp bench suite's ranks at a tiny size (2 ranks, gloo; run by the ranks' program, as `ddp_suite` runs them):
+    our wrapper yields what len() says; no timing asserted."""
+    from fastai_gpu_tabular.bench.ddp import format_table, rank_results
+    r = rank_results(ranks[1]/'bench', 2, BENCH['contenders'])
+    res = dict(nproc=2, bs=BENCH['bs'], contenders=dict.fromkeys(BENCH['contenders']), rows={'5000': r})
     assert r['ours']['batches'] == r['ours']['len'] == 5000 // 1024 and r['ours']['rows_per_rank'] == 5000 // 1024 * 512
     assert r['fastai']['batches'] > 0 and all(t > 0 for c in ('ours', 'fastai') for t in r[c]['rank_epoch_s'])
     assert '5,000' in format_table(res)

@@ -140,7 +140,8 @@ def test_onnx_model_alone_takes_loader_batches(regr, tmp_path):
     path = export_onnx(learn, tmp_path/'model.onnx', procs=False)
     sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
     with learn.no_bar(): preds,_ = learn.get_preds(ds_idx=1)
-    out = [sess.run(None, {'x_cat': xc.numpy(), 'x_cont': xn.numpy()})[0] for xc,xn,_ in learn.dls.valid]
+    out = [sess.run(None, {'x_cat': xc.cpu().numpy(), 'x_cont': xn.cpu().numpy()})[0]   # batches: on the device
+           for xc,xn,_ in learn.dls.valid]
     assert learn.dls.valid.one_batch()[0].dtype == torch.int32
     np.testing.assert_allclose(np.concatenate(out), preds.numpy(), atol=1e-5, rtol=0)
 
@@ -174,17 +175,29 @@ def test_onnx_stock_fastai_learner(tmp_path):
     out,preds,_ = _both(learn, export_onnx(learn, tmp_path/'adult.onnx'), df.iloc[7000:])
     np.testing.assert_allclose(out, preds, atol=1e-5, rtol=0)
 
-@pytest.fixture(scope='module')
-def adult(tmp_path_factory):
+def _adult(tmp_path_factory, backend):
     """A classifier on Adult census: string cats with NaN (workclass, occupation) and without (education, race), an int
-    cat (educational-num) and a bool cat (male), trained on the frame as `load_adult` gives it; 1,000 held-out rows."""
+    cat (educational-num) and a bool cat (male), trained on the frame as `load_adult` gives it (moved to `backend`);
+    its ONNX graph; 1,000 held-out rows."""
     df = load_adult().iloc[:9000]
     df['male'] = df.gender == 'Male'
-    to = TabularGPU(df.iloc[:8000], procs=[Categorify, FillMissing, Normalize], y_names='income',
+    to = TabularGPU(df.iloc[:8000], procs=[Categorify, FillMissing, Normalize], y_names='income', backend=backend,
                     cat_names=['workclass', 'education', 'occupation', 'race', 'educational-num', 'male'],
                     cont_names=['age', 'fnlwgt', 'hours-per-week'], splits=(list(range(7000)), list(range(7000, 8000))))
     learn = _fit(to)
-    return learn, export_onnx(learn, tmp_path_factory.mktemp('adult')/'adult.onnx'), df.iloc[8000:]
+    return learn, export_onnx(learn, tmp_path_factory.mktemp(f'adult_{backend}')/'adult.onnx'), df.iloc[8000:]
+
+@pytest.fixture(scope='module')
+def adult(tmp_path_factory): return _adult(tmp_path_factory, 'pandas')
+
+@pytest.mark.cudf
+def test_onnx_of_a_learner_built_on_cudf(tmp_path_factory):
+    """A learner whose Tabular was built on a cuDF frame exports as one built on pandas (its learned state is host
+    data): onnxruntime on the raw held-out rows gives `get_preds`' predictions on `test_dl` of them."""
+    learn, path, rows = _adult(tmp_path_factory, 'cudf')
+    assert type(learn.dls.train_ds.row_index).__module__.startswith('cudf')   # built on the device
+    out, preds, _ = _both(learn, path, rows)
+    np.testing.assert_allclose(out, preds, atol=1e-5, rtol=0)
 
 _STRS = ['workclass', 'education', 'occupation', 'race']
 # how a client's frame may hold the string columns: pandas 2's default object, the nullable string dtypes (pd.NA),

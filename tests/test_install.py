@@ -20,6 +20,12 @@ from fastai_gpu_tabular.extras import REPOSITORY, install_command
 ROOT = Path(__file__).parent.parent
 README = (ROOT/'README.md').read_text()
 URL = tomllib.loads((ROOT/'pyproject.toml').read_text())['project']['urls']['Repository']
+PIP = Version(importlib.metadata.version('pip'))
+
+def needs_pip(version, why):
+    "Skip, saying why, where this venv's pip is older than `version` (scripts/env.sh upgrades it; pytest alone not)."
+    why = f"needs pip >= {version} ({why}), this venv has {PIP}: `python -m pip install -U pip` (scripts/env.sh does)"
+    return pytest.mark.skipif(PIP < Version(version), reason=why)
 
 def commands(block) -> list:
     "The commands of a shell block: one a line, comments dropped."
@@ -83,7 +89,7 @@ def test_readme_test_command_is_what_ci_runs():
     new install gets (fastai 2.8.12 brings it), and 2.3."""
     cmds = commands(recipe('test-command'))
     assert cmds == ['bash scripts/test.sh'], cmds
-    ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'scripts/test.sh' in c]
+    ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'scripts/test.sh' in c and 'FGT_FAKE_DEVICE' not in c]
     assert [re.sub(r'^(\w+=\S+ )+|\s*\|\|.*$', '', c) for c in ci] == cmds * 2, ci
     assert sorted(re.search(r'PANDAS=(\S+)', c).group(1) for c in ci) == ['2.3', '3.1'], ci
 
@@ -92,6 +98,12 @@ def test_install_commands_in_messages_are_the_readmes():
     git_cmd, = commands(recipe('install-git'))
     assert REPOSITORY == URL and install_command() == git_cmd, (install_command(), git_cmd)
 
+def test_ci_runs_the_suite_on_the_stand_in_device():
+    "A pass of `.ci/run` runs README's test command with the CPU stand-in for a GPU (tests/fake_device.py)."
+    ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'FGT_FAKE_DEVICE' in c]
+    assert ci == ['FGT_FAKE_DEVICE=lazy PANDAS=3.0 bash scripts/test.sh || status=1'], ci
+
+@needs_pip('24.1', "older ones refuse the 'name @ git+file:///...' requirement as invalid")
 def test_readme_install_commands_resolve(checkout, fresh_env, tmp_path):
     """The README's install block from a clone, and its git-URL form (the URL pointed at a clone of this repository):
     each resolves in a fresh environment, which has fastai, and needs only this package from it."""
@@ -146,10 +158,12 @@ print(fastai_gpu_tabular.__file__)
 @pytest.mark.skipif(os.environ.get('FGT_RESOLVE') != '1',
                     reason='resolving the CUDA extras reads the package index for a minute or two: FGT_RESOLVE=1 runs '
                            'it (.ci/run does, on each pandas line)')
+@needs_pip('22.2', 'install --dry-run --report')
 def test_cuda_extras_resolve_to_the_newest_cudf_for_this_pandas(checkout, tmp_path):
     """The README's `pip install ".[cuda12]"` / `".[cuda13]"`, resolved (`--dry-run`) in this environment as the README
     says: on pandas 3 as they are, giving cuDF >= 26.8 (26.8 and later need pandas 3.0; 26.10 caps it below 3.1, so
-    pandas 3.1 moves to 3.0); on pandas 2 held with a constraints file, giving cuDF <= 26.6 and the same pandas."""
+    pandas 3.1 moves to 3.0); on pandas 2 held with a constraints file, giving cuDF <= 26.6 and the same pandas;
+    dask-cudf at cuDF's version."""
     cmds = [c for c in commands(recipe('install')) if 'cuda' in c]
     pd_version = Version(importlib.metadata.version('pandas'))
     hold = [] if pd_version.major >= 3 else ['-c', tmp_path/'pandas.txt']
@@ -158,9 +172,11 @@ def test_cuda_extras_resolve_to_the_newest_cudf_for_this_pandas(checkout, tmp_pa
                   for i, c in enumerate(cmds)], cwd=checkout)
     for i, c in enumerate(cmds):
         got = picked(tmp_path/f'{i}.json')
-        cudf, = [Version(v) for n, v in got.items() if n.startswith('cudf-cu')]
+        (name, v), = [(n, v) for n, v in got.items() if n.startswith('cudf-cu')]
+        cudf = Version(v)
+        assert got[f'dask-{name}'] == v, (c, got)   # dask-cudf, at cuDF's own version
         pandas = Version(got.get('pandas', str(pd_version)))   # what pandas the environment would then have
-        pins = sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy", "pandas")))
+        pins = sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy", "dask", "pandas")))
         print(f'pandas {pd_version}: {c} -> {pins}')
         if pd_version.major >= 3: assert cudf >= Version('26.8') and Version('3.0') <= pandas < Version('3.1'), (c, got)
         else: assert Version('25.10') <= cudf <= Version('26.6') and pandas == pd_version, (c, got)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fake_device import CHILD_PRELUDE
 from fastai.tabular import core as fatc
 from fastai.tabular.all import (
     CategoryBlock,
@@ -27,6 +28,7 @@ from fastai.tabular.all import (
 from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU, decode_values, encode_values
+from fastai_gpu_tabular.backend import backend_of, to_pandas
 from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
 
 ADULT = dict(cat_names=['workclass', 'education', 'marital-status', 'occupation', 'gender', 'native-country'],
@@ -58,7 +60,7 @@ def assert_same_loaders(a, b):
 
 def assert_same_frame(saved, loaded):
     "The processed frame, as the packed rows hold it: codes and targets exact, conts as their float32."
-    a, b = saved.items, loaded.items
+    a, b = to_pandas(saved.items), to_pandas(loaded.items)
     assert list(b.columns) == [c for c in a.columns] and (b.index == a.index).all()
     assert dict(b.dtypes) == dict(a.dtypes)
     for c in a.columns:
@@ -68,18 +70,19 @@ def assert_same_frame(saved, loaded):
 
 @pytest.mark.parametrize('procs', [[Categorify, FillMissing, Normalize], [Categorify, FillMissing]],
                          ids=['normalized', 'int_conts'])
-def test_adult_as_saved_and_as_fastai(adult, tmp_path, procs):
-    "Conts normalized (the frame left to the packed rows, as `release_frame` leaves it) or integers (rebuilt at once)."
+def test_adult_as_saved_and_as_fastai(adult, tmp_path, procs, backend):
+    """Conts normalized (the frame left to the packed rows, as `release_frame` leaves it) or integers (rebuilt at once).
+    Built on cuDF too, and loaded back onto it (the frame rebuilt on the device at once)."""
     before = adult.copy()
-    ref, ours = build_both(adult, procs=procs,
-                           splits=RandomSplitter(seed=0)(range_of(adult)), **ADULT)
+    ref, ours = build_both(adult, backend, procs=procs, splits=RandomSplitter(seed=0)(range_of(adult)), **ADULT)
     ours.save(tmp_path/'adult')
-    loaded = TabularGPU.load(tmp_path/'adult')
+    loaded = TabularGPU.load(tmp_path/'adult', backend=backend)
     assert type(loaded) is TabularGPU and loaded.split == ours.split == len(ref.train)
-    assert (loaded.released is not None) == (Normalize in procs)
+    assert (loaded.released is not None) == (Normalize in procs and backend == 'pandas')
+    assert backend_of(loaded.items) == backend
     for a,b in [(loaded.classes[n], ref.classes[n]) for n in ref.cat_names] + [(loaded.vocab, ref.vocab)]:
         assert type(a.o2i) is type(b.o2i) and a.o2i == b.o2i   # built on first use
-    assert_same_processing(ref, loaded)
+    assert_same_processing(ref, loaded, exact=backend == 'pandas')   # cuDF's sums round in another order
     assert_same_frame(ours, loaded)
     assert_same_loaders(ours, loaded)
     assert_same_batches(fastai_valid_batches(ref, 4096), loaded.dataloaders(bs=4096, shuffle=False).valid)
@@ -188,7 +191,7 @@ sys.addaudithook(hook)
 to = TabularGPU.load(path, progress=False)
 dls = to.dataloaders(bs=4096, shuffle=False)
 for i,b in enumerate(dls.valid):
-    np.save(f'{out}/b{i}.npy', np.concatenate([t.numpy().view(np.int32).reshape(len(t), -1) for t in b], 1))
+    np.save(f'{out}/b{i}.npy', np.concatenate([t.cpu().numpy().view(np.int32).reshape(len(t), -1) for t in b], 1))
 import pickle, pathlib
 try: pickle.loads(pickle.dumps(pathlib.Path('x'))); print('the hook missed an unpickling')
 except RuntimeError: pass
@@ -202,12 +205,12 @@ def test_fresh_process_reads_no_pickle(ml, tmp_path):
     (tmp_path/'out').mkdir()
     root = str(Path(__file__).parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get('PYTHONPATH', '')]))
-    res = subprocess.run([sys.executable, '-c', _FRESH, str(tmp_path/'ml'), str(tmp_path/'out')], capture_output=True,
-                         text=True, env=env, timeout=600)
+    res = subprocess.run([sys.executable, '-c', CHILD_PRELUDE + _FRESH, str(tmp_path/'ml'), str(tmp_path/'out')],
+                         capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     opened = res.stdout.split()
     assert opened and all(f.endswith(('.npy', '.json')) for f in opened)
-    want = [np.concatenate([t.numpy().view(np.int32).reshape(len(t), -1) for t in b], 1)
+    want = [np.concatenate([t.cpu().numpy().view(np.int32).reshape(len(t), -1) for t in b], 1)
             for b in ours.dataloaders(bs=4096, shuffle=False).valid]
     got = [np.load(tmp_path/'out'/f'b{i}.npy') for i in range(len(want))]
     assert len(list((tmp_path/'out').iterdir())) == len(want)

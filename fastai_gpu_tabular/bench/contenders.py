@@ -517,11 +517,12 @@ def _make_data(path, rows, seed) -> float:
 
 def _spawn(name, opts, data, no_train=False) -> dict:
     "Run one contender in a fresh interpreter; a crash or timeout becomes a 'failed' record."
-    pre = []
-    if name == 'stock_cudf_pandas':   # cudf.pandas must be installed before pandas is first imported
+    if name in NEED_CUDF:   # what is known without importing cuDF (which starts CUDA) skips without a process
         import importlib.util
         if importlib.util.find_spec('cudf') is None: return {'status': 'skipped', 'reason': 'cuDF is not installed'}
-        if opts.device != 'cuda': return {'status': 'skipped', 'reason': 'cudf.pandas needs a GPU: --device cuda'}
+        if opts.device != 'cuda': return {'status': 'skipped', 'reason': 'cuDF needs a GPU: --device cuda'}
+    pre = []
+    if name == 'stock_cudf_pandas':   # cudf.pandas must be installed before pandas is first imported
         pre = ['-c', 'import runpy, sys, cudf.pandas; cudf.pandas.install(); '
                      "runpy.run_module('fastai_gpu_tabular.bench', run_name='__main__')"]
     with tempfile.TemporaryDirectory() as d:
