@@ -94,7 +94,7 @@ class _Inputs(Callback):
     "Keeps the inputs of the batches the learner sees (`predict`'s own)."
     def before_batch(self): self.inputs = [x.clone() for x in self.learn.xb]
 
-def _np(xs): return [np.asarray(x) for x in xs[:2]]
+def _np(xs): return [x.cpu().numpy() for x in xs[:2]]
 
 class _Serving:
     "Each Tabular's training rows, and each path's rows of the same raw rows, made once."
