@@ -5,9 +5,11 @@ import os
 import socket
 import subprocess
 import sys
+from collections import Counter
 import numpy as np
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 from fastai_gpu_tabular.stream import PackedChunks, StreamDataLoader, _rank_slices
 
 SIZES = [100, 0, 2345, 17, 900, 1, 1500]   # rows of each chunk file (one empty)
@@ -65,11 +67,55 @@ def test_drop_last_and_mixing(chunks):
     dl = StreamDataLoader(chunks, bs=100, shuffle=True, window=6, piece_rows=200, drop_last=True)
     ids, sizes = _ids(dl)
     assert len(dl) == N // 100 == len(sizes) and set(sizes) == {100} and len(ids.unique()) == len(ids)
-    # the window mixes pieces: a batch holds rows of several 200-row pieces, not one run
+    # a block mixes pieces: a batch holds rows of several 200-row pieces, not one run
     assert all(len((b // 200).unique()) > 2 for b in ids.split(100))
 
+class _Ops(TorchFunctionMode):
+    "Counts the torch calls made in this thread, by name, with the dimensions of their first tensor argument."
+    def __init__(self):
+        super().__init__()
+        self.seen = Counter()
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        t = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if t is None and args and isinstance(args[0], (list, tuple)): t = args[0][0]   # torch.cat's list
+        name = getattr(func, '__name__', str(func))
+        if name == '__getitem__' and isinstance(args[1], torch.Tensor): name = 'gather by []'   # not a view
+        self.seen[name, getattr(t, 'ndim', None)] += 1
+        return func(*args, **(kwargs or {}))
+
+@pytest.mark.parametrize('shuffle', [True, False])
+def test_one_gather_a_batch(chunks, shuffle):
+    """The rows are read straight into the blocks and each batch is one gather from them: nothing copies rows into a
+    window, out of it or joins them into a batch (a batch across two blocks gathers from both halves of the ring)."""
+    dl = StreamDataLoader(chunks, bs=100, shuffle=shuffle, window=3, piece_rows=200, drop_last=False)
+    with _Ops() as ops: batches = sum(1 for _ in dl)
+    gathers = {k: v for k,v in ops.seen.items() if k[0] == 'index_select'}
+    assert batches == len(dl) and gathers == {('index_select', 2): batches}
+    rows_copied = [k for k in ops.seen if k[1] == 2 and k[0] in ('cat', 'index_copy_', 'gather by []', 'clone')]
+    assert not rows_copied, rows_copied
+
+def test_blocks(chunks):
+    "An epoch's blocks: `window` pieces each (one in order), at least `bs` rows but the last, every piece once."
+    for shuffle,bs,window,piece in [(True, 100, 3, 200), (True, 1000, 2, 64), (False, 300, 4, 128), (True, 7, 1, 9)]:
+        dl = StreamDataLoader(chunks, bs=bs, shuffle=shuffle, window=window, piece_rows=piece)
+        slices = dl._slices()
+        blocks = dl._blocks(slices)
+        assert sum(blocks, []) == slices
+        per = window if shuffle else 1
+        assert all(len(b) >= per and sum(e - s for _,s,e in b) >= bs for b in blocks[:-1])
+        assert all(len(b) == per or sum(e - s for _,s,e in b[:-1]) < bs for b in blocks[:-1])   # no bigger than needed
+
+def test_break_and_errors(chunks, tmp_path):
+    "An epoch left early stops its reader (the next epoch is whole); a file that ends early is an error naming it."
+    dl = StreamDataLoader(chunks, bs=64, shuffle=True, window=2, piece_rows=100)
+    for _ in zip(range(3), dl): pass
+    assert torch.equal(_ids(dl)[0].sort().values, torch.arange(N, dtype=torch.int32))
+    bad = _write_chunks(tmp_path/'bad')
+    with open(bad.path/bad.files[1], 'r+b') as f: f.truncate(f.seek(0, 2) - 40)
+    with pytest.raises(EOFError, match='c2.npy'): _ids(StreamDataLoader(bad, bs=64, shuffle=True, piece_rows=100))
+
 def test_seed_and_get_preds_order(chunks):
-    "The piece order follows `seed` (and torch's generator for the window); an unshuffled epoch is in order."
+    "The piece order follows `seed` (and torch's generator for the order in a block); an unshuffled epoch is in order."
     dl = StreamDataLoader(chunks, bs=128, shuffle=True, window=3, piece_rows=150, seed=3)
     torch.manual_seed(0); a = _ids(dl)[0]
     dl.epoch = 0; torch.manual_seed(0); b = _ids(dl)[0]
