@@ -132,12 +132,15 @@ class _Blocks:
     half back). On the CPU each piece is read straight into its place; on a GPU into two pinned host buffers in turn,
     each copied on a side CUDA stream (the consumer's stream waits for a block's copies, and the next copy into a half
     waits for the consumer's last gather from it)."""
-    def __init__(self, chunks:PackedChunks, blocks:list, device):
+    def __init__(self, chunks:PackedChunks, blocks:list, device, ring:torch.Tensor|None=None):
         self.chunks, self.blocks, self.device = chunks, blocks, torch.device(device)
         cuda = self.device.type == 'cuda'
         if cuda and self.device.index is None: self.device = torch.device('cuda', torch.cuda.current_device())
         self.cap = max((sum(b - a for _,a,b in blk) for blk in blocks), default=0)   # rows of a half
-        self.ring = torch.empty((2 * self.cap, chunks.width), dtype=torch.int32, device=self.device)
+        # the last epoch's ring where it is big enough: fresh memory costs a page fault every 4 KB on the host
+        fits = ring is not None and ring.device == self.device and ring.shape == (len(ring), chunks.width)
+        self.ring = ring if fits and len(ring) >= 2 * self.cap else \
+                    torch.empty((2 * self.cap, chunks.width), dtype=torch.int32, device=self.device)
         self.stream = torch.cuda.Stream(self.device) if cuda else None
         if cuda: self.ring.record_stream(self.stream)   # written there: freed only once those copies are done
         self.full, self.free, self.stop = queue.Queue(), queue.Queue(), threading.Event()
@@ -196,6 +199,7 @@ class _Blocks:
     def close(self):
         self.stop.set()
         self.thread.join()
+        if self.stream is not None: self.stream.synchronize()   # no copy into the ring may outlive its epoch
 
 @delegates(BatchDataLoader.__init__)
 class StreamDataLoader(BatchDataLoader):
@@ -308,7 +312,8 @@ class StreamDataLoader(BatchDataLoader):
                 raise NotImplementedError("a StreamDataLoader reads rows in its own order: get_idxs cannot change it")
         blocks = self._blocks(self._slices())
         self.epoch += 1
-        reader = _Blocks(self.chunks, blocks, self.device or 'cpu')
+        reader = _Blocks(self.chunks, blocks, self.device or 'cpu', getattr(self, '_ring', None))
+        self._ring = reader.ring   # kept for the next epoch
         try:
             for b in self._batches(reader): yield unpack_rows(b, self.chunks.layout)
         finally: reader.close()

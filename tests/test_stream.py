@@ -86,13 +86,16 @@ class _Ops(TorchFunctionMode):
 @pytest.mark.parametrize('shuffle', [True, False])
 def test_one_gather_a_batch(chunks, shuffle):
     """The rows are read straight into the blocks and each batch is one gather from them: nothing copies rows into a
-    window, out of it or joins them into a batch (a batch across two blocks gathers from both halves of the ring)."""
+    window, out of it or joins them into a batch (a batch across two blocks gathers from both halves of the ring). The
+    next epoch reads into the same ring."""
     dl = StreamDataLoader(chunks, bs=100, shuffle=shuffle, window=3, piece_rows=200, drop_last=False)
     with _Ops() as ops: batches = sum(1 for _ in dl)
     gathers = {k: v for k,v in ops.seen.items() if k[0] == 'index_select'}
     assert batches == len(dl) and gathers == {('index_select', 2): batches}
     rows_copied = [k for k in ops.seen if k[1] == 2 and k[0] in ('cat', 'index_copy_', 'gather by []', 'clone')]
     assert not rows_copied, rows_copied
+    ring = dl._ring
+    assert torch.equal(_ids(dl)[0].sort().values, torch.arange(N, dtype=torch.int32)) and dl._ring is ring   # reused
 
 def test_blocks(chunks):
     "An epoch's blocks: `window` pieces each (one in order), at least `bs` rows but the last, every piece once."
