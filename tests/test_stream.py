@@ -264,3 +264,42 @@ def test_out_of_core(tmp_path):
     if not r['reset']: pytest.skip("this kernel cannot reset the peak RSS (/proc/self/clear_refs): the memory bound "
                                    "is not measured; every row was seen once")
     assert r['peak'] < budget, (r['peak'] / 2**20, budget / 2**20)
+
+def test_stream_suite_small(tmp_path):
+    """`--suite stream` at a small size: both loaders timed at each batch size, their ratio, and the row-order
+    statistics of the block shuffle next to a full permutation's (no timing asserted)."""
+    from fastai_gpu_tabular.bench import main
+    res = main(['--suite', 'stream', '--stream-rows', '6000', '--stream-part-rows', '1000', '--stream-window', '4',
+                '--stream-rounds', '1', '--bs', '256,1024', '--epochs-loader', '1', '--threads', '1',
+                '--out', str(tmp_path/'s.json')])['stream']
+    assert res['rows'] == 4800 and res['files'] == 5 and set(res['by_bs']) == {'256', '1024'}
+    for d in res['by_bs'].values():
+        assert d['ratio'] == round(d['stream']['rows_per_s'] / d['resident']['rows_per_s'], 3) > 0
+        assert all(d[k]['ns_per_row'] > 0 and d[k]['cpu_ns_per_row'] > 0 for k in ('stream', 'resident'))
+    o = res['order']
+    assert o['bs'] == 1024 and o['full permutation']['neighbour_gap'] > o['stream']['neighbour_gap'] > 0
+    assert json.loads((tmp_path/'s.json').read_text())['stream']['target']['value'] is None   # bs 32,768 not run
+
+@pytest.mark.slow
+def test_ooc_suite_small(tmp_path):
+    """`--suite ooc` on a few thousand rows: Parquet parts through TabularGPU over Dask into chunks, a streamed epoch
+    that served every training row once, a short training, the pandas frame's arithmetic, stock fastai's estimate,
+    the stream against the resident loader on a slice, and the process tree's peak RSS (no timing asserted)."""
+    pytest.importorskip('dask', reason='the ooc suite runs TabularGPU over Dask (the `dask` extra)')
+    from fastai_gpu_tabular.bench import main
+    res = main(['--suite', 'ooc', '--ooc-rows', '8000', '--ooc-part-rows', '2000', '--ooc-slice-rows', '2000',
+                '--ooc-stock-rows', '2000', '--ooc-train-batches', '2', '--ooc-bs', '512', '--ooc-memory-budget',
+                '64KB', '--ooc-dir', str(tmp_path), '--threads', '1', '--out', str(tmp_path/'o.json')])['ooc']
+    assert res['rows'] == 8000 and res['parts'] == 4 and res['parquet_bytes'] > 0
+    f = res['frame']
+    assert f['bytes'] == int(f['row_bytes'] * 8000) and f['bytes_object'] >= f['bytes']   # Arrow strings are smaller
+    st, o = res['stock'], res['ours']
+    assert st['status'] == 'ok' and st['rows'] == 2000 and st['estimate_mb'] > st['peak_rss_mb'] > 0
+    assert o['status'] == 'ok', o.get('reason')
+    assert o['loader'] == 'StreamDataLoader' and o['rows'] == 8000 and o['n_train'] + o['n_valid'] == 8000
+    assert o['served_once'] and o['served_rows'] == o['chunk_rows'] == o['n_train']
+    assert o['epoch_rows'] == o['n_train'] - o['n_train'] % 512   # the training loader drops the last partial batch
+    assert o['train_batches'] == 2 and np.isfinite(o['train_loss']) and o['chunk_bytes'] >= o['packed_bytes']
+    assert o['peak_tree_rss_mb'] >= o['peak_rss_mb'] * 0.9 > 0   # sampled, so it can miss the last bit of the peak
+    assert res['slice']['rows'] <= 2000 and res['slice']['ratio'] > 0
+    assert not (tmp_path/'fgt_ooc'/'chunks_8000_s0').exists()   # removed without --ooc-keep
