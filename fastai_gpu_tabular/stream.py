@@ -4,6 +4,7 @@ block of pieces ahead by a thread straight into one half of a ring buffer on the
 buffers, copied on a side stream) while batches are drawn from the other half, each batch one gather."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -73,26 +74,44 @@ class PackedChunks:
                 self._offsets[i] = f.tell()
         return self._offsets[i]
 
-    def read(self, i:int, a:int, b:int, out:torch.Tensor|None=None) -> torch.Tensor:
+    def read(self, i:int, a:int, b:int, out:torch.Tensor|None=None, files:dict|None=None) -> torch.Tensor:
         """Rows `a:b` of file `i` into `out` (a CPU int32 tensor, pinned or not) or a new tensor: one contiguous read
-        into the buffer, no memory map (whose pages would count against the process's memory)."""
+        into the buffer, no memory map (whose pages would count against the process's memory). `files`: the files
+        opened so far, `{i: file}`, kept open for the next reads (opening one costs as much as reading 100 rows;
+        whoever passes it closes them)."""
         out = torch.empty((b - a, self.width), dtype=torch.int32) if out is None else out[:b - a]
         buf = memoryview(out.numpy()).cast('B')
-        with open(self.path/self.files[i], 'rb', buffering=0) as f:
+        f = None if files is None else files.get(i)
+        if f is None:
+            f = open(self.path/self.files[i], 'rb', buffering=0)
+            if files is not None: files[i] = f
+        try:
             f.seek(self._offset(i) + a * self.width * 4)
             got = 0
             while got < len(buf):
                 k = f.readinto(buf[got:])
                 if not k: raise EOFError(f'{self.path/self.files[i]} ends before row {b}')
                 got += k
+        finally:
+            if files is None: f.close()
         return out
+
+    @contextlib.contextmanager
+    def open_files(self):
+        "A dict for `read(files=...)`: the files it opens are closed on leaving the `with`."
+        files = {}
+        try: yield files
+        finally:
+            for f in files.values(): f.close()
 
     def take(self, idx) -> torch.Tensor:
         "The rows at global positions `idx` (few: for a sample batch), on the host."
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         out = torch.empty((len(idx), self.width), dtype=torch.int32)
         f = np.searchsorted(self.starts, idx, side='right') - 1
-        for j,(i,r) in enumerate(zip(f, idx - self.starts[f])): self.read(int(i), int(r), int(r) + 1, out[j:j+1])
+        with self.open_files() as files:
+            for j,(i,r) in enumerate(zip(f, idx - self.starts[f])):
+                self.read(int(i), int(r), int(r) + 1, out[j:j+1], files)
         return out
 
     def load(self, device=None) -> torch.Tensor:
@@ -128,23 +147,25 @@ def _rank_slices(pieces:list, rank:int, ws:int) -> list:
 
 class _Blocks:
     """A thread reading an epoch's `blocks` (runs of `(file, start, stop)` slices of `chunks`) into the two halves of
-    one ring buffer on `device`, one half filling while the consumer gathers batches from the other (`release` hands a
-    half back). On the CPU each piece is read straight into its place; on a GPU into two pinned host buffers in turn,
-    each copied on a side CUDA stream (the consumer's stream waits for a block's copies, and the next copy into a half
-    waits for the consumer's last gather from it)."""
+    one ring buffer, one half filling while the consumer gathers batches from the other (`release` hands a half back).
+    On the CPU each piece is read straight into its place; on a GPU into two pinned host buffers in turn, each copied
+    to the ring on the GPU on a side CUDA stream (the consumer's stream waits for a block's copies, and the next copy
+    into a half waits for the consumer's last gather from it). Another device gets each batch moved there."""
     def __init__(self, chunks:PackedChunks, blocks:list, device, ring:torch.Tensor|None=None):
         self.chunks, self.blocks, self.device = chunks, blocks, torch.device(device)
         cuda = self.device.type == 'cuda'
         if cuda and self.device.index is None: self.device = torch.device('cuda', torch.cuda.current_device())
         self.cap = max((sum(b - a for _,a,b in blk) for blk in blocks), default=0)   # rows of a half
         # the last epoch's ring where it is big enough: fresh memory costs a page fault every 4 KB on the host
-        fits = ring is not None and ring.device == self.device and ring.shape == (len(ring), chunks.width)
-        self.ring = ring if fits and len(ring) >= 2 * self.cap else \
-                    torch.empty((2 * self.cap, chunks.width), dtype=torch.int32, device=self.device)
+        fits = ring is not None and ring.shape == (len(ring), chunks.width)
+        at = self.device if cuda else torch.device('cpu')
+        fits = fits and ring.device == at and len(ring) >= 2 * self.cap
+        self.ring = ring if fits else torch.empty((2 * self.cap, chunks.width), dtype=torch.int32, device=at)
         self.stream = torch.cuda.Stream(self.device) if cuda else None
         if cuda: self.ring.record_stream(self.stream)   # written there: freed only once those copies are done
         self.full, self.free, self.stop = queue.Queue(), queue.Queue(), threading.Event()
-        for half in range(2): self.free.put((half, None))
+        now = self._queued()   # on CUDA the first copies wait for a kept ring's last gathers too
+        for half in range(2): self.free.put((half, now))
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -156,31 +177,35 @@ class _Blocks:
 
     def _run(self):
         try:
-            cuda = self.stream is not None
-            if cuda:
-                torch.cuda.set_device(self.device)
-                most = max((b - a for blk in self.blocks for _,a,b in blk), default=0)
-                stage = [torch.empty((most, self.chunks.width), dtype=torch.int32, pin_memory=True) for _ in range(2)]
-                done, k = [None, None], 0
-            for blk in self.blocks:
-                got = self._get(self.free)
-                if got is None: return
-                half, ev = got
-                at = half * self.cap
-                if ev is not None: self.stream.wait_event(ev)   # the consumer's last gather from this half
-                for i,a,b in blk:
-                    if not cuda: self.chunks.read(i, a, b, self.ring[at:at + b - a])
-                    else:
-                        if done[k % 2] is not None: done[k % 2].synchronize()   # its last copy has left the buffer
-                        host = self.chunks.read(i, a, b, stage[k % 2])
-                        with torch.cuda.stream(self.stream):
-                            self.ring[at:at + b - a].copy_(host, non_blocking=True)
-                            done[k % 2] = self.stream.record_event()
-                        k += 1
-                    at += b - a
-                self.full.put((half, at - half * self.cap, self.stream.record_event() if cuda else None))
-            self.full.put(None)
+            with self.chunks.open_files() as files: self._read(files)
         except BaseException as e: self.full.put(e)
+
+    def _read(self, files:dict):
+        "Each block into a free half of the ring; then None (the end)."
+        cuda = self.stream is not None
+        if cuda:
+            torch.cuda.set_device(self.device)
+            most = max((b - a for blk in self.blocks for _,a,b in blk), default=0)
+            stage = [torch.empty((most, self.chunks.width), dtype=torch.int32, pin_memory=True) for _ in range(2)]
+            done, k = [None, None], 0
+        for blk in self.blocks:
+            got = self._get(self.free)
+            if got is None: return
+            half, ev = got
+            at = half * self.cap
+            if ev is not None: self.stream.wait_event(ev)   # the consumer's last gather from this half
+            for i,a,b in blk:
+                if not cuda: self.chunks.read(i, a, b, self.ring[at:at + b - a], files)
+                else:
+                    if done[k % 2] is not None: done[k % 2].synchronize()   # its last copy has left the buffer
+                    host = self.chunks.read(i, a, b, stage[k % 2], files)
+                    with torch.cuda.stream(self.stream):
+                        self.ring[at:at + b - a].copy_(host, non_blocking=True)
+                        done[k % 2] = self.stream.record_event()
+                    k += 1
+                at += b - a
+            self.full.put((half, at - half * self.cap, self.stream.record_event() if cuda else None))
+        self.full.put(None)
 
     def __iter__(self):
         "`(half, rows)` of each block once it is in the ring."
@@ -192,9 +217,13 @@ class _Blocks:
             if ev is not None: torch.cuda.current_stream(self.device).wait_event(ev)
             yield half, n
 
+    def _queued(self):
+        "An event after the work queued so far on the consumer's CUDA stream (None elsewhere: a gather there is done)."
+        return None if self.stream is None else torch.cuda.current_stream(self.device).record_event()
+
     def release(self, half:int):
         "Hand `half` back for the next block, once the gathers queued so far have read it."
-        self.free.put((half, None if self.stream is None else torch.cuda.current_stream(self.device).record_event()))
+        self.free.put((half, self._queued()))
 
     def close(self):
         self.stop.set()
@@ -288,7 +317,9 @@ class StreamDataLoader(BatchDataLoader):
     def _batches(self, blocks:_Blocks):
         """Each block's rows in a random order (in order without shuffling), `bs` at a time as one gather from the
         ring: a batch that starts in one block ends in the next, whose rows are already in the other half."""
-        dev, ring, left, held = blocks.device, blocks.ring, None, []   # left: positions in the ring not yet served
+        ring, left, held = blocks.ring, None, []   # left: positions in the ring not yet served
+        dev = ring.device   # the loader's, or the host's for a device besides CUDA: each batch then goes there
+        gather = lambda idx: ring.index_select(0, idx).to(blocks.device)
         for half, n in blocks:
             pos = (torch.randperm(n, device=dev) if self.shuffle else torch.arange(n, device=dev)) + half * blocks.cap
             held.append(half)
@@ -296,14 +327,14 @@ class StreamDataLoader(BatchDataLoader):
                 k = self.bs - len(left)
                 pos, left = pos[k:], torch.cat([left, pos[:k]])
                 if len(left) < self.bs: continue   # the last block, and too short: the epoch's last rows
-                yield ring.index_select(0, left)
+                yield gather(left)
                 blocks.release(held.pop(0))
                 left = None
             full = len(pos) - len(pos) % self.bs
-            for i in range(0, full, self.bs): yield ring.index_select(0, pos[i:i + self.bs])
+            for i in range(0, full, self.bs): yield gather(pos[i:i + self.bs])
             if full < len(pos): left = pos[full:]
             else: blocks.release(held.pop())
-        if left is not None and not self.drop_last: yield ring.index_select(0, left)
+        if left is not None and not self.drop_last: yield gather(left)
 
     def _stream(self):
         if 'get_idxs' in self.__dict__:   # fastai's get_preds(reorder=True) pins the order get_idxs gave: in order

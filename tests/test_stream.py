@@ -174,6 +174,17 @@ def test_ranks_get_equal_batches(chunks, tmp_path):
         assert len(set(e0['ids']) & set(e1['ids'])) <= 1 and len(set(e0['ids'] + e1['ids'])) >= N - 2 * 100
     assert r0[0]['ids'] != r0[1]['ids']
 
+def test_default_device(chunks):
+    """On fastai's default device (the lazy one under FGT_FAKE_DEVICE=lazy, where the ring stays on the host and each
+    batch moves): every batch there, each row once."""
+    from fastai.torch_core import default_device
+    dev = default_device()
+    dl = StreamDataLoader(chunks, bs=256, shuffle=True, window=3, piece_rows=300, device=dev, drop_last=False)
+    batches = [b for b in dl]
+    assert all(t.device.type == dev.type for b in batches for t in b)
+    ids = torch.cat([b[0][:, 0].cpu() for b in batches])
+    assert torch.equal(ids.sort().values, torch.arange(N, dtype=torch.int32))
+
 @pytest.mark.cuda
 def test_cuda_stream(chunks):
     "Pinned buffers, a side stream: rows arrive on the GPU, each once, whole."
