@@ -15,8 +15,9 @@ if TYPE_CHECKING:   # for the hints only: cuDF is imported when first used (see 
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
            'frame_device', 'arrow_strings', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors',
-           'to_host', 'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'codes_dtype', 'encode_codes',
-           'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
+           'to_host', 'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'float_dtypes', 'float_casts',
+           'codes_dtype', 'encode_codes', 'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
+           'value_kind', 'column_kind', 'first_value', 'mixed_types_error',
            'split_lists', 'explode_lists', 'pad_bags', 'is_dask', 'use_rmm_for_torch']
 
 # the hints' names for a frame and a column on either backend (public, not star-exported)
@@ -228,6 +229,35 @@ def is_list_dtype(col:Column) -> bool:
     if is_cudf(col): return type(col.dtype).__name__ == 'ListDtype'
     return col.dtype == object and isinstance(_first_value(col), (list, tuple, np.ndarray))
 
+def first_value(col:Column) -> Any:
+    "The first non-null value of a column (pandas or cuDF), or None."
+    if not is_cudf(col): return _first_value(col)
+    v = to_host(col.dropna().head(1))
+    return v.iloc[0] if len(v) else None
+
+def value_kind(v:Any) -> str:
+    "'str', 'number' (bools, ints and floats, NumPy's too) or the type's name: values of one kind sort together."
+    if isinstance(v, str): return 'str'
+    if isinstance(v, (bool, int, float, np.bool_, np.number)): return 'number'
+    return type(v).__name__
+
+def column_kind(col:Column) -> str|None:
+    """The `value_kind` a column holds, cheaply: from its dtype (a categorical's categories'), or from its first value
+    for an object column; None for a column with no value, or of another dtype (lists, dates)."""
+    dt = col.dtype
+    if type(dt).__name__ == 'CategoricalDtype':   # its first category says (one, not all: they may be millions)
+        return value_kind(to_host(dt.categories[:1])[0]) if len(dt.categories) else None
+    if getattr(dt, 'kind', None) in ('b', 'i', 'u', 'f'): return 'number'   # NumPy's, cuDF's, pandas' nullable
+    if isinstance(dt, pd.StringDtype) or (is_cudf(col) and is_str_dtype(dt)): return 'str'
+    if dt != object or is_cudf(col): return None
+    v = _first_value(col)
+    return None if v is None else value_kind(v)
+
+def mixed_types_error(name:str, values:Any) -> TypeError:
+    "The error for column `name`, whose distinct non-missing `values` mix types that fastai's vocabulary cannot sort."
+    kinds = sorted({type(o).__name__ for o in values})
+    return TypeError(f"column {name!r} mixes value types {kinds}: cast it to one type first")
+
 def holds_strings(col:Column) -> bool:
     "Whether a column's values are strings (a cuDF string column, or pandas cells that are `str`)."
     if is_cudf(col): return is_str_dtype(col.dtype)
@@ -242,9 +272,7 @@ def sorted_uniques(col:Column) -> list:
     u = u[~pd.isna(u)]
     if u.dtype != object: return list(np.sort(u))
     try: return sorted(u)
-    except TypeError:
-        kinds = sorted({type(o).__name__ for o in u})
-        raise TypeError(f"column {col.name!r} mixes value types {kinds}: cast it to one type first") from None
+    except TypeError: raise mixed_types_error(col.name, u) from None
 
 def holds_py_bools(col:Column) -> bool:
     """A cuDF bool column with nulls: pandas holds those values as an object column of Python bools (what cuDF's own
@@ -257,6 +285,24 @@ def shrink_dtypes(df:Frame, skip:list|tuple=()) -> dict:
     if not is_cudf(df): return res
     objs = {c for c in df.columns if c not in skip and holds_py_bools(df[c])}   # fastai's obj2cat: to category
     return {c: 'category' if c in objs else res[c] for c in df.columns if c in objs or c in res}
+
+def float_dtypes(df:Frame, names:Any) -> dict:
+    "{name: dtype name} of the NumPy float columns of `df` (pandas, cuDF, or a Dask frame's meta) among `names`."
+    names = set(names)
+    return {c: t.name for c,t in df.dtypes.items() if c in names and isinstance(t, np.dtype) and t.kind == 'f'}
+
+def float_casts(df:Frame, dtypes:dict) -> dict:
+    """{name: dtype} of the columns of `df` to cast to the float `dtypes` (the training frame's, `float_dtypes`): those
+    of another dtype that hold numbers (a numeric dtype, or an object column of numbers, as `predict`'s row is). Ints
+    and strings are not cast to: an int's width changes no value (and a later int may not fit the training width), and
+    a string is not a number (a cat column then holds another kind of value than its vocabulary: see `check_kind`)."""
+    res = {}
+    for c,t in dtypes.items():
+        if c not in df.columns or df[c].dtype == t: continue
+        dt = df[c].dtype
+        if pd.api.types.is_numeric_dtype(dt) or (dt == object and not is_cudf(df) and pd.api.types.infer_dtype(
+                df[c], skipna=True) in ('floating', 'integer', 'mixed-integer-float', 'boolean')): res[c] = t
+    return res
 
 def codes_dtype(n:int) -> np.dtype:
     "The signed dtype of pandas' codes for `n` categories (its `coerce_indexer_dtype`); cuDF's are unsigned to 26.06."

@@ -17,10 +17,12 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
 
+from .backend import float_casts
+from .extras import import_extra
 from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
 from .pack import cat_widths
-from .procs import buckets_of, vocab_values
+from .procs import buckets_of, operand_dtype, vocab_values
 from .target import TargetEncode
 
 __all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
@@ -104,6 +106,11 @@ def _key_type(name, values) -> str:
     raise TypeError(f"cat column {name!r} has categories of type {kinds}: export_onnx encodes strings, integers, "
                     "floats and bools; convert the column (e.g. to str) before building the TabularGPU")
 
+def _onnx_type(name:str) -> int:
+    "ONNX's element type of a key type ('string', 'int64', 'double': see `_key_type`) or of a float dtype's name."
+    from onnx import TensorProto as T
+    return {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE, 'float64': T.DOUBLE, 'float32': T.FLOAT}[name]
+
 class _Graph:
     "An ONNX graph under construction: `op` adds a node and returns its output's name, `const` an initializer's."
     def __init__(self): self.nodes,self.inits,self.inputs,self.n = [],[],[],0
@@ -135,7 +142,7 @@ class _Graph:
         "Codes of `x` against `vocab` (fastai's: position + 1), 0 (`#na#`) for anything else."
         from onnx import TensorProto as T
         from onnx import helper
-        tt = {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind]
+        tt = _onnx_type(kind)
         cast = {'string': str, 'int64': int, 'double': float}[kind]
         keys = [cast(v) for v in vocab] or [NA_STRING if kind == 'string' else 0]   # LabelEncoder needs one key
         vals = list(range(1, len(vocab) + 1)) or [0]
@@ -169,7 +176,7 @@ class _Graph:
         na_key = {'string': NA_STRING, 'int64': int(np.iinfo(np.int64).min)}.get(kind)   # what onnx_inputs sends
         if na_key is not None and na_key not in keys: keys, vals = [*keys, na_key], [*vals, missing]
         if not keys: keys, vals = [NA_STRING if kind == 'string' else 0], [float(mean)]   # LabelEncoder needs one key
-        tt = {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind]
+        tt = _onnx_type(kind)
         y = self.op('LabelEncoder', x, keys_tensor=helper.make_tensor('keys', tt, [len(keys)], keys),
                     values_tensor=helper.make_tensor('values', T.DOUBLE, [len(vals)], vals),
                     default_tensor=helper.make_tensor('default', T.DOUBLE, [1], [float(mean)]))
@@ -205,32 +212,43 @@ def _procs_graph(to, list_sep='|'):
     te = procs.get('te')
     te_out = {c: (s, i) for s in te.encodings for i,c in enumerate(te.out_names(s))} if te is not None else {}
     jg_out = {c: (p, s) for p in procs.get('jg', []) for s,gr in p.groups.items() for c in gr.columns}
+    floats = getattr(to, 'float_dtypes', {})   # the training frame's: fastai's TabularPandas keeps none
+    norm_dt = (operand_dtype(norm.means), operand_dtype(norm.stds)) if norm is not None else None
+    def raw(n, kind):
+        """Input `n` of `kind`; a double whose training column was float32 as the float32 value the procs learned
+        from (cast in the graph, so the input stays double: any client's float64 gets what `process` gives it)."""
+        x = g.input(n, _onnx_type(kind))
+        if kind != 'double' or floats.get(n) != 'float32': return x
+        return g.op('Cast', g.op('Cast', x, to=T.FLOAT), to=T.DOUBLE)
     cols,conts,flag_x = {},[],{}
     for n in to.cont_names:
+        dt = np.dtype('float64')   # the dtype the procs compute this cont in (ints are float64 against the stats)
         if n in te_out:   # TargetEncode: its cat column's raw values through a LabelEncoder to doubles
             s,i = te_out[n]
             enc = te.encodings[s].iloc[:, i]
             kind = _key_type(s, [v for v in enc.index if not pd.isna(v)])
-            x = g.input(s, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
             cols.setdefault(s, {'type': kind, 'kind': 'cat'})
-            x = g.target(x, enc, kind, np.atleast_1d(te.target_mean)[i])
+            x = g.target(raw(s, kind), enc, kind, np.atleast_1d(te.target_mean)[i])
         elif n in jg_out:   # JoinGroupby: the same lookup, its cont's statistic over all training rows the default
             jg,s = jg_out[n]
             enc, default = _joined_values(jg, s, n)
             # a cont grouped by as a category is one double input
             kind = 'double' if s in to.cont_names else _key_type(s, [v for v in enc.index if not pd.isna(v)])
-            x = g.input(s, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
             cols.setdefault(s, {'type': kind, 'kind': 'cat'})
-            x = g.target(x, enc, kind, default)
+            x = g.target(raw(s, kind), enc, kind, default)
         else:
             x = g.input(n, T.DOUBLE)
             cols[n] = {'type': 'double', 'kind': 'cont'}
+            if floats.get(n) == 'float32': x, dt = g.op('Cast', x, to=T.FLOAT), np.dtype('float32')
         if n in na_dict:   # FillMissing: the flag from IsNaN, the fill by Where
             isna = g.op('IsNaN', x)
             flag_x[f'{n}_na'] = g.op('Cast', isna, to=T.INT64)
-            x = g.op('Where', isna, g.const(np.float64(na_dict[n])), x)
-        if norm is not None:
-            x = g.op('Div', g.op('Sub', x, g.const(np.float64(norm.means[n]))), g.const(np.float64(norm.stds[n])))
+            x = g.op('Where', isna, g.const(dt.type(na_dict[n])), x)
+        if norm is not None:   # in the dtypes fastai's frame-wide `(conts - means) / stds` computes in
+            for op,v,vt in (('Sub', norm.means[n], norm_dt[0]), ('Div', norm.stds[n], norm_dt[1])):
+                t = np.result_type(dt, vt)
+                if t != dt: x, dt = g.op('Cast', x, to=_onnx_type(t.name)), t
+                x = g.op(op, x, g.const(t.type(vt.type(v))))
         conts.append(g.column(g.op('Cast', x, to=T.FLOAT)))
     if cat is None and len(to.cat_names):
         raise TypeError("export_onnx encodes cat columns with Categorify's vocabularies: add Categorify to procs")
@@ -251,7 +269,7 @@ def _procs_graph(to, list_sep='|'):
         kind = _key_type(n, vocab)
         if n in flags: x = flag_x[n]
         else:
-            x = g.input(n, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
+            x = raw(n, kind)
             cols[n] = {'type': kind, 'kind': 'cat'}
             if n in made: cols[n]['host'] = made[n]   # hashed or crossed: `onnx_inputs` makes it from raw columns
         code = g.encode(x, vocab, kind)
@@ -282,15 +300,17 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     missing category's value for a missing input, the target's mean for an unseen one; JoinGroupby likewise, the cont's
     statistic over all training rows for an unseen category) merged with the model, whose
     multi-hot bags export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64
-    (integer and bool categories), double (continuous and float categories; NaN is missing); a list column as its
-    elements joined by `list_sep`. The output `preds` is what `get_preds` returns: probabilities, or the
-    (y_range-scaled) values.
+    (integer and bool categories), double (continuous and float categories; NaN is missing; one that was float32 in
+    training is cast to float32 first, as `process` casts it, and the procs compute in the dtypes the frame did); a
+    list column as its elements joined by `list_sep`. The output `preds` is what `get_preds` returns: probabilities,
+    or the (y_range-scaled) values.
     Standard ONNX has no MurmurHash3: a HashBucket or HashedCross column is an input holding what those procs make (its
     bucket labels, or the cross's text), and a `Categorify(num_buckets)` column has a second input `<name>#bucket`
     with each row's bucket code, which `onnx_inputs` computes on the host from the raw columns.
     `onnx_inputs(df, path)` makes the inputs from a frame. `procs=False`: the model alone, on the loader's batches
     (`x_cat` int32, `x_cont` float32). Returns `path`."""
-    import onnx
+    onnx = import_extra('onnx', 'onnx', 'export_onnx')
+    import_extra('onnxscript', 'onnx', 'export_onnx')   # torch's dynamo exporter writes the graph with it
     from onnx import helper
     to = learn.dls.train_ds
     pm,xs = _preds_model(learn)
@@ -314,7 +334,8 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
             helper.make_opsetid('', ops.get('', opset)), helper.make_opsetid('ai.onnx.ml', _ML_OPSET)])
         model = onnx.compose.merge_models(pre, model, io_map=[(f'fgt/{n}', n) for n in names], prefix2='model/')
         _rename_output(model, 'model/preds', 'preds')
-        meta.update(columns=cols, na_string=NA_STRING)
+        # the training frame's float dtypes, which `onnx_inputs` casts the columns it hashes on the host to
+        meta.update(columns=cols, na_string=NA_STRING, float_dtypes=dict(getattr(to, 'float_dtypes', {})))
     helper.set_model_props(model, {_META + k: json.dumps(v) for k,v in meta.items()})
     onnx.checker.check_model(model)
     big = sum(t.ByteSize() for t in model.graph.initializer) > 2**31 - 2**26   # protobuf's 2 GiB limit
@@ -323,23 +344,27 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
 
 # --- the client side ----------------------------------------------------------------------------------------------
 def _session(model):
-    import onnxruntime as ort
+    ort = import_extra('onnxruntime', 'onnx', 'onnx_inputs')
     if isinstance(model, ort.InferenceSession): return model
     return ort.InferenceSession(str(model), providers=['CPUExecutionProvider'])
 
 def onnx_inputs(df:pd.DataFrame, model) -> dict:
     """The inputs of an `export_onnx` file (a path or an `onnxruntime.InferenceSession`) from a pandas frame of raw
     rows, as a client would make them: missing strings -> '#na#', list columns joined, bools and ints as int64 (a
-    missing one -> an integer no vocabulary holds), numbers as float64 with NaN."""
+    missing one -> an integer no vocabulary holds), numbers as float64 with NaN (the graph casts a column that was
+    float32 in training to float32; the inputs hashed here are made from columns cast so)."""
     meta = {k[len(_META):]: json.loads(v) for k,v in _session(model).get_modelmeta().custom_metadata_map.items()
             if k.startswith(_META)}
     res = {}
     for n,c in meta['columns'].items():
-        if 'host' in c:   # hashed on the host (see `export_onnx`)
-            bad = [o for o in host_sources(c['host']) if o not in df.columns]
+        if 'host' in c:   # hashed on the host (see `export_onnx`), from the values the procs learned from
+            src = list(dict.fromkeys(host_sources(c['host'])))
+            bad = [o for o in src if o not in df.columns]
             if bad: raise KeyError(f"column(s) {bad}, which the ONNX model's input {n!r} is made from, are not in "
                                    "the frame")
-            res[n] = host_input(df, c['host'], n, meta['na_string'])
+            src = df[src]
+            res[n] = host_input(src.astype(float_casts(src, meta.get('float_dtypes', {}))), c['host'], n,
+                                meta['na_string'])
             continue
         if n not in df.columns: raise KeyError(f"column {n!r}, an input of the ONNX model, is not in the frame")
         col = df[n]
@@ -374,7 +399,7 @@ def export_triton(learn:Learner, repo:str|Path, name:str='fastai_tabular', versi
     (`export_onnx`'s file; `kwargs` go there) and, for a classifier, `labels.txt` (the target's vocab, for Triton's
     classification extension). Each input is a batched column: `dims: [1]` reshaped to the graph's 1-D input, strings
     as TYPE_STRING; the output `preds` is `[batch, n_out]`. Returns the model's folder."""
-    import onnx
+    onnx = import_extra('onnx', 'onnx', 'export_triton')
     d = Path(repo)/name
     (d/str(version)).mkdir(parents=True, exist_ok=True)
     path = export_onnx(learn, d/str(version)/'model.onnx', **kwargs)

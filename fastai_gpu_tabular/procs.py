@@ -26,12 +26,12 @@ from .backend import (
     take_values,
     to_host,
 )
-from .checks import check_fill_value, check_labels, fill_nan_check
+from .checks import check_fill_value, check_kind, check_labels, fill_nan_check, guard_setups
 from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 
 __all__ = ['Categorify', 'register_procs', 'register_proc', 'LazyCategoryMap', 'category_map', 'freq_values',
            'keep_frequent', 'quantile_from_counts', 'bag_width', 'buckets_of', 'learn_bucket_counts', 'vocab_values',
-           'vocab_index', 'categorify_codes']
+           'vocab_index', 'categorify_codes', 'operand_dtype']
 
 class Categorify(fatc.Categorify):
     """fastai's `Categorify`, plus options for huge ID columns: values seen fewer than `min_freq` times in the training
@@ -141,14 +141,6 @@ def bag_width(hist, name:str, max_bag:int|None=None) -> int:
                       "pass Categorify(max_bag=...) to change", stacklevel=2)
     return min(max_bag, longest)
 
-def _reraise_attribute_errors(f):
-    "fasttransform's `Transform.setup` swallows AttributeError: re-raise it as an error the user sees."
-    @functools.wraps(f)
-    def _inner(self, to):
-        try: return f(self, to)
-        except AttributeError as e: raise RuntimeError(f"{type(self).__name__}.setups failed: {e}") from e
-    return _inner
-
 # --- Categorify ---------------------------------------------------------------------------------------------------
 def buckets_of(proc, n) -> int:
     "Out-of-vocabulary buckets `proc` (a set-up Categorify) gave column `n` (its `bucket_counts`; fastai's has none)."
@@ -178,8 +170,10 @@ def vocab_index(proc, n):
     return cm.index(1, stop) if isinstance(cm, LazyCategoryMap) else pd.CategoricalDtype(cm.items[1:stop]).categories
 
 def categorify_codes(proc, n, col, vocab=None):
-    "Categorify's codes of `col` (column `n`): its vocabulary's (`vocab`, default `vocab_values`), then its buckets."
+    """Categorify's codes of `col` (column `n`): its vocabulary's (`vocab`, default `vocab_values`), then its buckets;
+    a warning first if `col` holds another kind of value than the vocabulary (`check_kind`)."""
     nb = buckets_of(proc, n)
+    check_kind(n, col, proc.classes[n].items[1:2] if len(proc.classes[n]) > nb + 1 else [], nb)
     codes = encode_codes(col, vocab_index(proc, n) if vocab is None else vocab, add=1)
     return oov_buckets(codes, col, len(proc.classes[n]) - nb, nb, proc.seed) if nb else codes
 
@@ -261,7 +255,7 @@ def _normalize_setups(self, to):
     self.means,self.stds = _stats(to.train.items[list(to.cont_names)])
     return self(to)
 
-def _operand_dtype(d:dict) -> np.dtype:
+def operand_dtype(d:dict) -> np.dtype:
     "The dtype of the Series pandas makes of a means (stds) dict in fastai's `conts - means`: float32 only if all are."
     return pd.Series(list(d.values())).dtype if d else np.dtype('float64')
 
@@ -274,13 +268,13 @@ def _arith(col, op, v, dt):
     return op(col if col.dtype == t else col.astype(t), t.type(dt.type(v)))
 
 def _normalize_encodes(self, to):
-    mt,st = _operand_dtype(self.means),_operand_dtype(self.stds)
+    mt,st = operand_dtype(self.means),operand_dtype(self.stds)
     for n in to.cont_names:
         to.set_col(n, _arith(_arith(to.items[n], operator.sub, self.means[n], mt), operator.truediv, self.stds[n], st))
     return to
 
 def _normalize_decodes(self, to):
-    mt,st = _operand_dtype(self.means),_operand_dtype(self.stds)
+    mt,st = operand_dtype(self.means),operand_dtype(self.stds)
     for n in to.cont_names:
         to.set_col(n, _arith(_arith(to.items[n], operator.mul, self.stds[n], st), operator.add, self.means[n], mt))
     return to
@@ -313,7 +307,7 @@ def register_proc(proc:type, name:str, f:Callable, cls:type) -> None:
     def method(self, to): return f(self, to)
     method.__name__, method.__qualname__ = name, f'{proc.__name__}.{name}'
     method.__annotations__ = {'to': cls}
-    proc(_reraise_attribute_errors(method) if name == 'setups' else method)
+    proc(guard_setups(method) if name == 'setups' else method)
 
 def register_procs(cls:type) -> None:
     "Make fastai's own procs compute on `cls` frames (cuDF or pandas); learned state keeps fastai's names and types."

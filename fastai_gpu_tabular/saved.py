@@ -318,6 +318,9 @@ def _write_text(path:Path, text:str) -> dict:
     return {'bytes': len(b), 'sha256': hashlib.sha256(b).hexdigest()}
 
 def _check_size(path:Path, entry:dict):
+    # a link's target can be any file, and can change under a loaded Tabular's mapped rows: its own files only
+    if path.is_symlink(): raise SavedFormatError(f"{path} is a symbolic link (to {os.readlink(path)}): a saved "
+                                                 "Tabular's files must be its own; copy the files, not links to them")
     if not path.exists(): raise SavedFormatError(f"{path} is missing: the saved Tabular is incomplete")
     n = path.stat().st_size
     if n != entry['bytes']:
@@ -501,6 +504,8 @@ def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
             'cat_names': list(to.cat_names), 'cont_names': list(to.cont_names), 'y_names': list(to.y_names),
             'multi_hot': dict(to.multi_hot), 'columns': columns,
             'dtypes': {c: 'object' if c in to.multi_hot else dtypes[c].name for c in columns},
+            # the training frame's float dtypes, which a later frame is cast to (a file without them: no casts)
+            'float_dtypes': _enc_dict(dict(to.float_dtypes), 'float_dtypes'),
             'index': _index_entry(pd.RangeIndex(len(to)) if dask else to.row_index, path, files),
             'layout': layout.to_json(), 'width': width,
             'procs': procs}
@@ -581,6 +586,9 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
         layout, width = Layout.from_json(meta['layout']), int(meta['width'])
         bad = [c for c,t in meta['dtypes'].items() if t != 'object' and np.dtype(t).kind not in 'biuf']
         if bad: raise ValueError(f"columns {bad} of no numeric dtype")
+        floats = _dec_dict(meta['float_dtypes']) if 'float_dtypes' in meta else {}
+        bad = [c for c,t in floats.items() if t not in ('float16', 'float32', 'float64')]
+        if bad: raise ValueError(f"float_dtypes of columns {bad} that are no float dtype")
         splits = [[(f'{k}/{f}', int(n)) for f,n in meta['splits'][k]] for k in ('train', 'valid')]
         bad = [f for s in splits for f,_ in s if not re.fullmatch(r'(train|valid)/part\.\d{5}\.npy', f)]
         if bad: raise ValueError(f"rows files {bad[:3]} not named as a save names them")
@@ -600,7 +608,7 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
     to = cls(df, procs=procs, cat_names=meta['cat_names'], cont_names=meta['cont_names'], y_names=meta['y_names'],
              y_block=TransformBlock(), do_setup=False, device=device, inplace=True, reduce_memory=False,
              multi_hot=meta['multi_hot'])
-    to.split = n_train
+    to.split, to.float_dtypes = n_train, floats
     # the packed rows as read: nothing is packed again
     released = lazy and packs_whole(to)
     to.adopt_packed(rows, layout, ReleasedFrame(list(df.columns), dict(df.dtypes), index, frame_device(df))

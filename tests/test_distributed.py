@@ -5,6 +5,7 @@ import contextlib
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -368,3 +369,41 @@ def test_ddp_bench_suite_small():
     assert r['ours']['batches'] == r['ours']['len'] == 5000 // 1024 and r['ours']['rows_per_rank'] == 5000 // 1024 * 512
     assert r['fastai']['batches'] > 0 and all(t > 0 for c in ('ours', 'fastai') for t in r[c]['rank_epoch_s'])
     assert '5,000' in format_table(res)
+
+# --- distrib_ctx on CPUs, and launchers ------------------------------------------------------------------------------
+def test_distrib_ctx_defaults_for_cpu_loaders(adult, monkeypatch):
+    """With the loaders on the CPU, `distrib_ctx()` asks accelerate for its CPU (gloo) path and no SyncBatchNorm, which
+    runs on GPUs only: fastai's defaults (no `cpu`, `sync_bn=True`) stopped at `model.device`. Given, they are kept."""
+    from fastai.learner import Learner
+    *_,to = adult
+    learn = tabular_learner(to.dataloaders(bs=BS), layers=[8])
+    assert learn.dls.device.type == 'cpu'
+    seen = []
+    monkeypatch.setattr(Learner, 'to_distributed', lambda self, sync_bn=True, **kw: seen.append((sync_bn, kw)) or self)
+    monkeypatch.setenv('WORLD_SIZE', '2')   # what fastai's distrib_ctx reads to wrap the learner
+    with learn.distrib_ctx(): pass
+    with learn.distrib_ctx(sync_bn=True, cpu=False): pass
+    assert seen == [(False, {'cpu': True}), (True, {'cpu': False})]
+
+@pytest.mark.slow
+def test_accelerate_launch_of_one_process_warns(tmp_path):
+    """`accelerate launch --num_processes 2` without `--multi_gpu` starts one process on a machine without GPUs:
+    distrib_ctx says so, and what to run instead."""
+    (tmp_path/'one.py').write_text(
+        "import warnings\nwarnings.simplefilter('always')\n"
+        "from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n"
+        "df = load_adult().iloc[:500]\n"
+        "to = TabularGPU(df, procs=[Categorify], cat_names=['workclass'], y_names='income', "
+        "splits=RandomSplitter(seed=0)(range_of(df)))\n"
+        "learn = tabular_learner(to.dataloaders(bs=64), layers=[8])\n"
+        "with learn.distrib_ctx(): pass\n")
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([root, os.environ.get('PYTHONPATH', '')])}
+    r = subprocess.run([sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', '2',
+                        '--main_process_port', str(port), 'one.py'], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'distrib_ctx runs on one process' in r.stderr and '--multi_gpu' in r.stderr, r.stderr[-3000:]

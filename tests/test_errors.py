@@ -79,13 +79,19 @@ def test_bad_batch_size(adult, as_backend):
     dls = to.dataloaders(bs=65536, drop_last=False)     # one short batch per epoch is fine if asked for
     assert len(dls.train) == 1 and len(dls.train.one_batch()[0]) == 4000
 
-def test_mixed_types_cannot_be_encoded(adult, as_backend, backend):
+@pytest.mark.parametrize('reduce_memory', [True, False])
+def test_mixed_types_cannot_be_encoded(adult, as_backend, backend, reduce_memory):
+    """Strings and numbers in one cat column raise, naming it, before any proc, whether fastai's shrink casts it to a
+    category first (whose categories then hold both) or not; None and NaN are missing values, not a type."""
     df = adult.copy(); df['education'] = df['education'].astype(object); df.loc[::7, 'education'] = 12
     if backend == 'cudf':   # a cuDF column cannot hold mixed types: making the frame is what fails (MixedTypeError)
         with pytest.raises(TypeError, match='mixed'): as_backend(df)
         return
     with pytest.raises(TypeError, match=r"column 'education' mixes value types \['int', 'str'\]"):
-        make(df, as_backend, reduce_memory=False)
+        make(df, as_backend, reduce_memory=reduce_memory)
+    df.loc[::7, 'education'] = None
+    df.loc[3::7, 'education'] = np.nan
+    make(df, as_backend, reduce_memory=reduce_memory)
 
 def test_unseen_target_label(adult, as_backend):
     """fastai encodes a validation label missing from training as a class index the model does not have; we stop, naming

@@ -18,6 +18,7 @@ import fastai_gpu_tabular
 from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths, load_adult, load_movielens_100k, tabular_learner
 from fastai_gpu_tabular.data import BatchDataLoaders
 from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
+from fastai_gpu_tabular.extras import install_command
 
 ort = pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -246,7 +247,7 @@ def test_load_learner_in_fresh_python(adult, case, tmp_path, monkeypatch):
     err = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else ''
     if case == 'missing':
         assert err.startswith("RuntimeError: No module named 'fastai_gpu_tabular'"), res.stderr[-2000:]
-        assert '`pip install fastai_gpu_tabular`' in err
+        assert f'to load it, install it: {install_command()}' in err   # the README's install: not on PyPI yet
     elif case == 'broken':
         assert err == ("pydoc.ErrorDuringImport: problem in fastai_gpu_tabular.data - ModuleNotFoundError: No module "
                        "named 'fastai_gpu_tabular.backend'"), res.stderr[-2000:]

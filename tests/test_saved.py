@@ -248,6 +248,14 @@ def test_missing_file_and_manifest(saved):
     m.unlink()
     with pytest.raises(SavedFormatError, match=r"tabular\.json is missing"): TabularGPU.load(saved)
 
+def test_rows_file_that_is_a_link_is_named(saved, tmp_path):
+    """A rows file replaced by a symbolic link is refused by name, even to a file of the very bytes saved (which the
+    size and sha256 checks pass): what a link points at can change under the rows a load maps."""
+    f = saved/'train'/'part.00001.npy'
+    f.rename(tmp_path/'elsewhere.npy')
+    f.symlink_to(tmp_path/'elsewhere.npy')
+    with pytest.raises(SavedFormatError, match=r"part\.00001\.npy is a symbolic link"): TabularGPU.load(saved)
+
 def test_unknown_version_and_proc_type(saved):
     m = saved/'tabular.json'
     meta = json.loads(m.read_text())

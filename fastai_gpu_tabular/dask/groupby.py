@@ -7,7 +7,6 @@ in tests/dask/test_dask_groupby.py). The conts' overall mean and std (the defaul
 (dask/stats.py)."""
 from __future__ import annotations
 
-import dataclasses
 import numpy as np
 import pandas as pd
 
@@ -16,7 +15,7 @@ from ..groupby import JoinGroupby
 from ..procs import register_proc
 from ..target import category_sums
 from .stats import compute, delayed, exact_moments
-from .target import category_codes
+from .target import category_codes, mark_no_nan
 
 __all__ = ['register_dask_groupby']
 
@@ -81,11 +80,7 @@ def _groupby_encodes(self, to):
     to.items = to.items.assign(**{c: out[c] for c in self.made_names})
     for c in self.made_names:
         if c not in to.cont_names: to.cont_names.append(c)
-    # FillMissing reads which conts hold NaN from the scan: these never do (each row gets a group's or the default)
-    nan = pd.Series(False, index=self.made_names, dtype=bool)
-    scan = to.scan
-    to.scan = dataclasses.replace(scan, nan_train=pd.concat([scan.nan_train.drop(nan.index, errors='ignore'), nan]),
-                                  nan_all=pd.concat([scan.nan_all.drop(nan.index, errors='ignore'), nan]))
+    mark_no_nan(to, self.made_names)   # each row gets a group's statistic or the default
     return to
 
 def register_dask_groupby(cls:type) -> None:

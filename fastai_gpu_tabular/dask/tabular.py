@@ -24,6 +24,8 @@ from fasttransform import Pipeline
 
 from ..backend import (
     col_to_tensor,
+    float_casts,
+    float_dtypes,
     is_cudf,
     is_dask,
     is_numeric_dtype,
@@ -44,6 +46,7 @@ from ..checks import (
     default_y_block,
     multi_hot_columns,
     nan_as_null,
+    raw_columns,
 )
 from ..core import TabularGPU
 from ..data import BatchDataLoaders
@@ -146,8 +149,10 @@ class TabularDask(TabularGPU):
         for n,sep in self.multi_hot.items():
             if sep is not None and n in items.columns: items[n] = items[n].map_partitions(split_lists, sep)
         if nan_as_null(meta): items = items.map_partitions(lambda p: p.assign(**nan_as_null(p)))
+        self._raw_columns = raw_columns(procs, cat_names, cont_names, y_names)   # numbers the shrink leaves as they are
         with dask_progress('TabularDask scan', None, progress):
             items, self.scan = self._scan(items, cat_names, cont_names, y_names, reduce_memory)
+        self.float_dtypes = float_dtypes(items._meta, cat_names + cont_names + y_names)   # as `TabularGPU` keeps them
         if do_setup: check_rows(int(self.scan.rows.sum()))
         self.items, self._packed, self._parent, self.subset_idx, self.chunks = items, {}, None, None, None
         self.y_names, self.device = y_names, device
@@ -231,8 +236,9 @@ class TabularDask(TabularGPU):
         kw = dict(do_setup=False, reduce_memory=False, y_block=TransformBlock(), multi_hot=self.multi_hot,
                   procs=self.procs, cat_names=self.cat_names, cont_names=self.cont_names, y_names=self.y_names,
                   device=self.device)
-        if is_dask(df): return TabularDask(df, chunk_dir=None, **kw)
-        return TabularGPU(df, inplace=inplace, **kw)
+        res = TabularDask(df, chunk_dir=None, **kw) if is_dask(df) else TabularGPU(df, inplace=inplace, **kw)
+        res.float_dtypes = self.float_dtypes   # the training frame's, which `process` casts its floats to
+        return res
 
     def new_empty(self):
         return self.new(pd.DataFrame({}, columns=[c for c in self.items.columns if c != self.split_col]))
@@ -246,8 +252,11 @@ class TabularDask(TabularGPU):
 
     def _before_procs(self, setup=False):
         """Bad input fails here, naming the columns, before the long work: +-inf, NaN that no FillMissing will fill, and
-        `<cont>_na` names FillMissing will not make; one pass over the continuous columns."""
+        `<cont>_na` names FillMissing will not make; one pass over the continuous columns. A later frame's floats are
+        cast (lazily) to the training frame's dtypes first, as `TabularGPU` casts them."""
         self._packed = {}
+        casts = {} if setup else float_casts(self.items._meta, self.float_dtypes)
+        if casts: self.items = self.items.astype(casts)
         self.scan = dataclasses.replace(self.scan, nan_train=_no_flags(), nan_all=_no_flags())
         if not len(self.cont_names): return
         x = self.items[[n for n in self.cont_names if n in self.items.columns]]   # a proc's columns come later

@@ -5,6 +5,7 @@ Out-of-fold (`folds`): the training rows' target comes to the host (one number a
 each fold's mean and variance; each fold's sums are carried over the partitions in the same passes."""
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pandas as pd
 
@@ -22,7 +23,7 @@ from ..target import (
 from .split import valid_mask
 from .stats import compute, delayed, exact_moments
 
-__all__ = ['register_dask_target', 'category_codes']
+__all__ = ['register_dask_target', 'category_codes', 'mark_no_nan']
 
 _ALL = -1   # the fold key of the statistic of all training rows
 _ROW = '__target_encode_row__'   # each training row's position among them, a column while encoding
@@ -54,6 +55,12 @@ def category_codes(part, n:str, vocab:list, nan:bool):
     "Column `n`'s category codes against `vocab` (the training rows' values), missing values last (`nan`)."
     c = to_host(encode_codes(part[n], vocab, add=0)).to_numpy().astype('int64')
     return np.where(c < 0, len(vocab), c) if nan else c
+
+def mark_no_nan(to, names:list):
+    "Record in `to.scan` that the conts `names` a proc made hold no NaN: FillMissing reads that there, not in a pass."
+    nan, scan = pd.Series(False, index=names, dtype=bool), to.scan
+    to.scan = dataclasses.replace(scan, nan_train=pd.concat([scan.nan_train.drop(nan.index, errors='ignore'), nan]),
+                                  nan_all=pd.concat([scan.nan_all.drop(nan.index, errors='ignore'), nan]))
 
 def _sums_step(state:dict, part, folds, y:str, kind:str, classes, vocabs:dict, what:str, means:dict|None=None) -> dict:
     """One partition's rows added, in row order, onto `state` ({(fold, name, target column): running sums}): the
@@ -177,6 +184,7 @@ def _target_encodes(self, to):
     to.items = to.items.assign(**{c: out[c] for c in self.made_names})
     for c in self.made_names:
         if c not in to.cont_names: to.cont_names.append(c)
+    mark_no_nan(to, self.made_names)   # each row gets a category's encoding or the mean
     return to
 
 def register_dask_target(cls:type) -> None:
