@@ -14,8 +14,8 @@ if TYPE_CHECKING:   # for the hints only: cuDF is imported when first used (see 
     import cudf
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
-           'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
-           'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'float_dtypes', 'float_casts',
+           'frame_device', 'arrow_strings', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors',
+           'to_host', 'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'float_dtypes', 'float_casts',
            'codes_dtype', 'encode_codes', 'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
            'value_kind', 'column_kind', 'first_value', 'mixed_types_error',
            'split_lists', 'explode_lists', 'pad_bags', 'is_dask', 'use_rmm_for_torch']
@@ -122,10 +122,39 @@ def frame_device(df:Frame) -> torch.device:
     "The device the frame's data lives on."
     return torch.device('cuda', _cupy().cuda.runtime.getDevice()) if is_cudf(df) else torch.device('cpu')
 
+def arrow_strings(col:Column) -> Any:
+    """The pyarrow array under a pandas column of Arrow strings (pandas 3's `str`, `string[pyarrow]`, an `ArrowDtype`
+    of strings), without a copy; None for any other column."""
+    dt = col.dtype
+    if isinstance(dt, pd.StringDtype) and dt.storage == 'pyarrow' or \
+       isinstance(dt, pd.ArrowDtype) and dt.kind in 'OU' and 'string' in str(dt.pyarrow_dtype):
+        import pyarrow as pa
+        return pa.array(col.array)   # the array's `__arrow_array__`: its own (chunked) buffers
+    return None
+
+def _arrow_category(col:pd.Series, arr) -> pd.Series:
+    """`col.astype('category')` of Arrow strings `arr` in Arrow's kernels: one dictionary encoding, the dictionary
+    sorted (by bytes: UTF-8's order is the code points', as pandas sorts them), no Python object per value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if isinstance(arr, pa.ChunkedArray): arr = arr.combine_chunks()   # one dictionary for all chunks
+    enc = pc.dictionary_encode(arr)
+    order = pc.array_sort_indices(enc.dictionary).to_numpy()
+    rank = np.empty(len(order) + 1, np.int64)
+    rank[order], rank[-1] = np.arange(len(order)), -1   # a null's index, filled with -1, reads the last entry
+    codes = rank[pc.fill_null(enc.indices, -1).to_numpy()]
+    cats = pd.Index(col.dtype.__from_arrow__(enc.dictionary.take(pa.array(order))))
+    cat = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats), validate=False)
+    return pd.Series(cat, index=col.index, name=col.name)
+
 def to_category(col:Column) -> Column:
     """`col.astype('category')`: categories sorted, missing values -1. For a pandas column of strings the distinct
-    values are sorted as a NumPy unicode array, in C (code-point order, Python's), not by comparing Python objects."""
-    if is_cudf(col) or col.dtype != object: return col.astype('category')
+    values are sorted in C: Arrow strings by Arrow's kernels, object strings as a NumPy unicode array (code-point
+    order, Python's), never by comparing Python objects."""
+    if is_cudf(col): return col.astype('category')
+    arr = arrow_strings(col)
+    if arr is not None: return _arrow_category(col, arr)
+    if col.dtype != object: return col.astype('category')
     try: codes, uniq = pd.factorize(col, sort=False)
     except TypeError as e:   # lists (not multi-hot), dicts, sets: pandas' message names neither the column nor a fix
         raise TypeError(f"cat column {col.name!r} holds unhashable values ({e}): cast it to str, or declare a column "
@@ -285,23 +314,25 @@ def codes_dtype(n:int) -> np.dtype:
     "The signed dtype of pandas' codes for `n` categories (its `coerce_indexer_dtype`); cuDF's are unsigned to 26.06."
     return next(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64) if t is np.int64 or n < np.iinfo(t).max)
 
-def encode_codes(col:Column, vocab:list, add:int=1) -> Column:
-    """Codes of `col` against `vocab` (a list of values), plus `add`: a value not in `vocab`, or null, gives `add-1`.
+def encode_codes(col:Column, vocab:list|pd.Index, add:int=1) -> Column:
+    """Codes of `col` against `vocab` (a list of values, or the Index `pd.CategoricalDtype(vocab).categories` built
+    from them), plus `add`: a value not in `vocab`, or null, gives `add-1`.
     A Series on `col`'s index, on its backend, with pandas' code dtype: fastai's `pd.Categorical(col, vocab).codes+add`.
     Values are looked up in the index `pd.Categorical` builds from `vocab` (its `get_indexer`, which pandas 3 no longer
     lets `Categorical` do for values outside `vocab`); a categorical column maps its categories, then gathers its codes.
     On cuDF this avoids `astype(CategoricalDtype(vocab))`, whose codes are unsigned before 26.10 (an unseen value gets
     the largest code, not -1) and which fails on a categorical column whose categories need a wider code type."""
-    cats = pd.CategoricalDtype(vocab).categories
+    cats = vocab if isinstance(vocab, pd.Index) else pd.CategoricalDtype(vocab).categories
     cu = is_cudf(col)
     if cu: cats = require_cudf().from_pandas(cats)
     xp = _cupy() if cu else np
     if type(col.dtype).__name__ == 'CategoricalDtype':
-        lut = xp.append(cats.get_indexer(col.cat.categories), -1)   # a missing value's code, -1, reads the last entry
         old = col.cat.codes.astype('int64').fillna(-1).values if cu else col.cat.codes.to_numpy()
-        codes = lut[old]
+        # the categories of the frame the vocabulary came from are the vocabulary: its codes, with no lookup
+        if not cu and col.cat.categories.equals(cats): codes = old
+        else: codes = xp.append(cats.get_indexer(col.cat.categories), -1)[old]   # a missing value, -1, reads the last
     else: codes = cats.get_indexer(col)
-    dt = codes_dtype(len(vocab))
+    dt = codes_dtype(len(cats))
     codes = (codes + add).astype(dt)
     return (require_cudf().Series if cu else pd.Series)(codes, index=col.index, name=col.name)
 

@@ -142,6 +142,7 @@ def _bag_block(to, name:str, width:int) -> torch.Tensor:
 def _fill(out:torch.Tensor, to, names:list, what:str, widths:list[int]|None=None):
     "Copy the columns `names` of `to` into `out` (a view of the packed rows): `widths` columns each (default one)."
     if not len(to.items): return
+    cols = []
     for c,(a,b) in zip(names, cat_spans(widths or [1] * len(names))):
         if c in to.multi_hot:
             out[:, a:b] = _bag_block(to, c, b - a)
@@ -150,7 +151,12 @@ def _fill(out:torch.Tensor, to, names:list, what:str, widths:list[int]|None=None
         if is_str_dtype(col.dtype) or not is_numeric_dtype(col.dtype):
             raise TypeError(f"{what} column {c!r} holds {col.dtype} values, not codes: call `process()` on this "
                             "TabularGPU first (test_dl does unless process=False)")
-        out[:, a] = col_to_tensor(col)
+        cols.append((a, col_to_tensor(col)))
+    # on the host, a few MB of rows at a time, which stay in the cache while every column is written into them: a
+    # column at a time over all rows would bring each row's cache line in from memory once per column
+    step = len(out) if out.is_cuda else max(2**22 // (4 * out.stride(0)), 1)
+    for r in range(0, len(out), step):
+        for a,t in cols: out[r:r + step, a] = t[r:r + step]
 
 def pack_rows(to:Tabular) -> tuple[torch.Tensor, Layout]:
     """`(rows, layout)` of a processed Tabular `to` (cat codes, conts and targets as numbers, multi-hot columns as

@@ -2,6 +2,7 @@
 pandas)."""
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from collections import defaultdict
@@ -28,9 +29,9 @@ from .backend import (
 from .checks import check_fill_value, check_kind, check_labels, fill_nan_check, guard_setups
 from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 
-__all__ = ['Categorify', 'register_procs', 'register_proc', 'category_map', 'freq_values', 'keep_frequent',
-           'quantile_from_counts', 'bag_width', 'buckets_of', 'learn_bucket_counts', 'vocab_values',
-           'categorify_codes', 'operand_dtype']
+__all__ = ['Categorify', 'register_procs', 'register_proc', 'LazyCategoryMap', 'category_map', 'freq_values',
+           'keep_frequent', 'quantile_from_counts', 'bag_width', 'buckets_of', 'learn_bucket_counts', 'vocab_values',
+           'vocab_index', 'categorify_codes', 'operand_dtype']
 
 class Categorify(fatc.Categorify):
     """fastai's `Categorify`, plus options for huge ID columns: values seen fewer than `min_freq` times in the training
@@ -61,19 +62,39 @@ class Categorify(fatc.Categorify):
                             f"{type(to).__name__}")
         return fatc.Categorify.setups(self, to)
 
-def category_map(values:list, add_na=True) -> CategoryMap:
-    """A fastai `CategoryMap` from values already unique and ordered (its own `__init__` loops over the column in
-    Python)."""
-    res = CategoryMap.__new__(CategoryMap)
-    res.items = L(['#na#', *values] if add_na else list(values))
-    o2i = {v:i for i,v in enumerate(res.items)}
-    res.o2i = defaultdict(int, o2i) if add_na else o2i
-    return res
+class LazyCategoryMap(CategoryMap):
+    """fastai's `CategoryMap` (`items`, and `o2i`: a `defaultdict(int)` with `add_na`, else a dict) whose `o2i` is built
+    when first read: a dict of every value costs seconds for millions of them, and training from packed codes never
+    reads it. It pickles and copies as fastai's own `CategoryMap` (its `o2i` built then), so an export holds nothing of
+    this class. `index(a, b)` is `items[a:b]` as the pandas Index that encoding looks values up in, built once."""
+    def __init__(self, items:list, add_na:bool, indexes:dict|None=None):
+        self.items, self.add_na, self._indexes = L(items), add_na, dict(indexes or {})
+
+    @functools.cached_property
+    def o2i(self) -> dict:
+        pairs = zip(self.items, range(len(self.items)))
+        return defaultdict(int, pairs) if self.add_na else dict(pairs)
+
+    def index(self, a:int, b:int) -> pd.Index:
+        made = self.__dict__.setdefault('_indexes', {})
+        if (a, b) not in made: made[a, b] = pd.CategoricalDtype(self.items[a:b]).categories
+        return made[a, b]
+
+    def __reduce_ex__(self, protocol):
+        "A plain `CategoryMap` with fastai's two attributes (pickle refuses `copyreg.__newobj__` of another class)."
+        return object.__new__, (CategoryMap,), {'items': self.items, 'o2i': self.o2i}
+
+def category_map(values:list, add_na=True, index:pd.Index|None=None) -> CategoryMap:
+    """A fastai `CategoryMap` (a `LazyCategoryMap`) from values already unique and ordered (fastai's own `__init__`
+    loops over the column in Python); `index`, the Index of its first `len(index)` values if at hand, is kept."""
+    k = int(add_na)
+    return LazyCategoryMap(['#na#', *values] if add_na else list(values), add_na,
+                           None if index is None else {(k, k + len(index)): index})
 
 def _cat_values(col, strict=False) -> list:
     "fastai's vocabulary order: a categorical's categories as they are, else the sorted distinct values."
     if type(col.dtype).__name__ != 'CategoricalDtype': return sorted_uniques(col)   # pandas' or cuDF's
-    cats = list(to_host(col.cat.categories))
+    cats = to_host(col.cat.categories).tolist()   # Python values, as iterating gives them, made in C
     if not strict: return cats
     present = set(to_host(col.dropna().drop_duplicates()))
     return [c for c in cats if c in present]
@@ -142,12 +163,18 @@ def vocab_values(proc, n) -> list:
     items = proc.classes[n].items
     return items[1:len(items) - buckets_of(proc, n)]
 
+def vocab_index(proc, n):
+    "Column `n`'s `vocab_values` as the index `encode_codes` looks values up in (built once for a `LazyCategoryMap`)."
+    cm = proc.classes[n]
+    stop = len(cm.items) - buckets_of(proc, n)
+    return cm.index(1, stop) if isinstance(cm, LazyCategoryMap) else pd.CategoricalDtype(cm.items[1:stop]).categories
+
 def categorify_codes(proc, n, col, vocab=None):
     """Categorify's codes of `col` (column `n`): its vocabulary's (`vocab`, default `vocab_values`), then its buckets;
     a warning first if `col` holds another kind of value than the vocabulary (`check_kind`)."""
     nb = buckets_of(proc, n)
     check_kind(n, col, proc.classes[n].items[1:2] if len(proc.classes[n]) > nb + 1 else [], nb)
-    codes = encode_codes(col, vocab_values(proc, n) if vocab is None else vocab, add=1)
+    codes = encode_codes(col, vocab_index(proc, n) if vocab is None else vocab, add=1)
     return oov_buckets(codes, col, len(proc.classes[n]) - nb, nb, proc.seed) if nb else codes
 
 def _categorify_setups(self, to):
@@ -165,10 +192,14 @@ def _categorify_setups(self, to):
         # a category column's vocab is its categories (from all rows, for fastai's df_shrink cast); frequencies
         # (min_freq, max_vocab) are counted on the training rows
         # a hashed column (HashBucket, HashedCross) keeps all its buckets: its codes are bucket + 1
-        values = freq_values(col, mf, mv) if (mf or mv) and not is_bucket_dtype(col.dtype) else _cat_values(col)
+        cut = (mf or mv) and not is_bucket_dtype(col.dtype)
+        values = freq_values(col, mf, mv) if cut else _cat_values(col)
         # pandas holds a bool column with missing values as Python objects: fastai's vocab has `bool`, not `np.bool_`
         if n not in to.multi_hot and holds_py_bools(to.full_items[n]): values = [bool(v) for v in values]
-        self.classes[n] = category_map(values + bucket_labels(buckets_of(self, n)))
+        # a pandas categorical's categories are its vocab, as an Index at hand: encoding finds them equal, no lookup
+        same = not cut and not is_cudf(col) and type(col.dtype).__name__ == 'CategoricalDtype'
+        self.classes[n] = category_map(values + bucket_labels(buckets_of(self, n)),
+                                       index=col.cat.categories if same else None)
 
 def _categorify_encodes(self, to):
     # multi-hot columns keep their values in the frame: their codes are packed (a padded block) with the tensors

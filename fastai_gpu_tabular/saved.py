@@ -7,7 +7,6 @@ Linux it maps the rows files' pages (their headers are padded for that) rather t
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import io
 import json
@@ -30,13 +29,12 @@ from fastai.data.block import TransformBlock
 from fastai.data.transforms import Categorize, CategoryMap, EncodedMultiCategorize, Normalize, RegressionSetup
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
-from fastcore.foundation import L
 
 from .backend import frame_device, frame_of_tensors, is_dask, to_backend, to_host
 from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross
 from .pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
-from .procs import Categorify
+from .procs import Categorify, LazyCategoryMap
 from .progress import progress_rows
 from .stream import PackedChunks
 from .target import TargetEncode
@@ -114,25 +112,18 @@ def _enc_dict(d:dict, where:str) -> dict:
     return {'keys': list(d), **encode_values(list(d.values()), where)}
 def _dec_dict(d:dict) -> dict: return dict(zip(d['keys'], decode_values(d), strict=True))
 
-class SavedCategoryMap(CategoryMap):
-    """A loaded fastai `CategoryMap`: the same `items`, and the same `o2i` (a `defaultdict(int)` with `add_na`), built
-    on first use: training from the packed codes needs none, and building it for millions of values takes seconds."""
-    def __init__(self, items:list, add_na:bool): self.items,self.add_na = L(items),add_na
-    @functools.cached_property
-    def o2i(self) -> dict:
-        pairs = zip(self.items, range(len(self.items)))
-        return defaultdict(int, pairs) if self.add_na else dict(pairs)
+SavedCategoryMap = LazyCategoryMap   # a loaded vocabulary (the name that earlier pickles hold)
 
 def _enc_map(cm:CategoryMap, where:str) -> dict:
     "A fastai `CategoryMap`: with `#na#` first (and unknown values mapping to it) or not, and its values."
-    na = cm.add_na if isinstance(cm, SavedCategoryMap) else isinstance(cm.o2i, defaultdict)
+    na = cm.add_na if isinstance(cm, LazyCategoryMap) else isinstance(cm.o2i, defaultdict)
     items = list(cm.items)
     if na and (not items or items[0] != '#na#'): raise TypeError(f"{where} maps unknown values but has no '#na#' first")
     return {'na': na, **encode_values(items[1:] if na else items, where)}
 def _dec_map(d:dict) -> CategoryMap:
     "The `CategoryMap` `_enc_map` wrote (one copy of a big vocabulary at most: it takes seconds for millions)."
     na, items = bool(d['na']), decode_values(d, copy=False)
-    return SavedCategoryMap(['#na#', *items] if na else items, na)
+    return LazyCategoryMap(['#na#', *items] if na else items, na)
 
 # --- procs ------------------------------------------------------------------------------------------------------------
 _SAVERS = {}
