@@ -218,7 +218,7 @@ def test_wrapper_shards_the_loader(adult):
     with torch.no_grad(): parts = [list(w) for w in ws]
     assert [len(p) for p in parts] == [len(ws[0])] * 2 == [N_VALID // (2 * VAL_BS)] * 2
     order = torch.cat([torch.cat([parts[r][b][1][:, 0] for r in range(2)]) for b in range(len(parts[0]))]).long()
-    assert torch.equal(order, torch.as_tensor(to.valid.items['rid'].values).long())
+    assert torch.equal(order.cpu(), torch.as_tensor(to.valid.items['rid'].values).long())
 
 def test_wrapper_refuses_a_step_larger_than_the_data(adult):
     *_,to = adult
@@ -383,8 +383,8 @@ def test_distrib_ctx_defaults_for_cpu_loaders(adult, monkeypatch):
     runs on GPUs only: fastai's defaults (no `cpu`, `sync_bn=True`) stopped at `model.device`. Given, they are kept."""
     from fastai.learner import Learner
     *_,to = adult
-    learn = tabular_learner(to.dataloaders(bs=BS), layers=[8])
-    assert learn.dls.device.type == 'cpu'
+    learn = tabular_learner(to.dataloaders(bs=BS, device='cpu'), layers=[8])
+    assert torch.device(learn.dls.device).type == 'cpu'
     seen = []
     monkeypatch.setattr(Learner, 'to_distributed', lambda self, sync_bn=True, **kw: seen.append((sync_bn, kw)) or self)
     monkeypatch.setenv('WORLD_SIZE', '2')   # what fastai's distrib_ctx reads to wrap the learner

@@ -152,11 +152,12 @@ def test_export_model_torch_export(clas, tmp_path):
     ep = export_model(learn, tmp_path/'model.pt2', batch=b)
     m = torch.export.load(tmp_path/'model.pt2').module()
     learn.model.eval()
+    h = [t.cpu() for t in b[:2]]   # the export runs on the host, whatever the loaders' device
     with torch.no_grad():
         for n in (1, 3, len(b[0])):
-            ref = torch.softmax(learn.model(b[0][:n].long(), b[1][:n]), -1)
-            torch.testing.assert_close(m(b[0][:n], b[1][:n]), ref, atol=1e-6, rtol=0)
-            torch.testing.assert_close(ep.module()(b[0][:n], b[1][:n]), ref, atol=1e-6, rtol=0)
+            ref = torch.softmax(learn.model(b[0][:n].long(), b[1][:n]), -1).cpu()
+            torch.testing.assert_close(m(h[0][:n], h[1][:n]), ref, atol=1e-6, rtol=0)
+            torch.testing.assert_close(ep.module()(h[0][:n], h[1][:n]), ref, atol=1e-6, rtol=0)
 
 def test_onnx_stock_fastai_learner(tmp_path):
     "A learner of fastai's own TabularPandas and tabular_learner exports too (Adult census, NaN in a cont and in cats)."

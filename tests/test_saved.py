@@ -143,7 +143,7 @@ def test_fastai_categorify_and_timestamp_vocab(tmp_path):
     raw = load_flights(nrows=25_000).iloc[15_000:]
     raw['time_hour'] = pd.to_datetime(raw['time_hour'])
     a, b = (_batches(to.dataloaders(bs=1024, shuffle=False).test_dl(raw)) for to in (ours, loaded))
-    assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+    assert len(a) == len(b) and all(torch.equal(s.cpu(), t.cpu()) for x,y in zip(a, b) for s,t in zip(x, y))
     assert (a[0][0][:, 0] > 0).any() and (a[-1][0][:, 0] == 0).any()
 
 def test_new_rows_encode_as_in_memory(adult, ml, tmp_path, monkeypatch):
