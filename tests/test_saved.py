@@ -47,7 +47,7 @@ def _ml_kw(df, procs=None):
                 cont_names=['year', 'timestamp'], y_names='rating', multi_hot={'genres': '|'},
                 splits=RandomSplitter(seed=0)(range_of(df)))
 
-def _batches(dl): return [[t.clone() for t in b] for b in dl]
+def _batches(dl): return [[t.cpu().clone() for t in b] for b in dl]
 
 def assert_same_loaders(a, b):
     "Unshuffled train and valid batches of two Tabulars' loaders: identical tensors."
