@@ -1,6 +1,7 @@
 """Everything a notebook needs: `from fastai_gpu_tabular.all import *`, after `from fastai.tabular.all import *` so that
 ours win where they extend fastai's: `Categorify` (plus min_freq/max_vocab), `tabular_learner` (plus multi-hot, sparse
 and fused embeddings) and `Lamb` (the same math and state, with no host sync in `step`)."""
+from .extras import *
 from .backend import *
 from .checks import *
 from .procs import *

@@ -14,9 +14,10 @@ if TYPE_CHECKING:   # for the hints only: cuDF is imported when first used (see 
     import cudf
 
 __all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
-           'frame_device', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors', 'to_host',
-           'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'codes_dtype', 'encode_codes',
-           'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
+           'frame_device', 'arrow_strings', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors',
+           'to_host', 'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'float_dtypes', 'float_casts',
+           'codes_dtype', 'encode_codes', 'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
+           'value_kind', 'column_kind', 'first_value', 'mixed_types_error',
            'split_lists', 'explode_lists', 'pad_bags', 'is_dask', 'use_rmm_for_torch']
 
 # the hints' names for a frame and a column on either backend (public, not star-exported)
@@ -103,7 +104,13 @@ def to_backend(df:Frame, backend:str|None=None) -> Frame:
     own = backend_of(df)
     if backend is None or backend == own: return df
     if is_dask(df) and backend in ('cudf', 'pandas'): return df.to_backend(backend)   # dask-cudf for 'cudf'
-    if backend == 'cudf': return require_cudf().from_pandas(df)
+    if backend == 'cudf':
+        try: return require_cudf().from_pandas(df)
+        except (TypeError, ValueError):   # cuDF's MixedTypeError (Arrow's errors) names no column: find it
+            for n,c in (df.items() if hasattr(df, 'columns') else [(df.name, df)]):
+                vals = c.dropna() if c.dtype == object else ()
+                if len({type(o) for o in vals}) > 1: raise mixed_types_error(n, vals) from None
+            raise
     if backend == 'pandas': return df.to_pandas()
     raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")
 
@@ -115,10 +122,39 @@ def frame_device(df:Frame) -> torch.device:
     "The device the frame's data lives on."
     return torch.device('cuda', _cupy().cuda.runtime.getDevice()) if is_cudf(df) else torch.device('cpu')
 
+def arrow_strings(col:Column) -> Any:
+    """The pyarrow array under a pandas column of Arrow strings (pandas 3's `str`, `string[pyarrow]`, an `ArrowDtype`
+    of strings), without a copy; None for any other column."""
+    dt = col.dtype
+    if isinstance(dt, pd.StringDtype) and dt.storage == 'pyarrow' or \
+       isinstance(dt, pd.ArrowDtype) and dt.kind in 'OU' and 'string' in str(dt.pyarrow_dtype):
+        import pyarrow as pa
+        return pa.array(col.array)   # the array's `__arrow_array__`: its own (chunked) buffers
+    return None
+
+def _arrow_category(col:pd.Series, arr) -> pd.Series:
+    """`col.astype('category')` of Arrow strings `arr` in Arrow's kernels: one dictionary encoding, the dictionary
+    sorted (by bytes: UTF-8's order is the code points', as pandas sorts them), no Python object per value."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if isinstance(arr, pa.ChunkedArray): arr = arr.combine_chunks()   # one dictionary for all chunks
+    enc = pc.dictionary_encode(arr)
+    order = pc.array_sort_indices(enc.dictionary).to_numpy()
+    rank = np.empty(len(order) + 1, np.int64)
+    rank[order], rank[-1] = np.arange(len(order)), -1   # a null's index, filled with -1, reads the last entry
+    codes = rank[pc.fill_null(enc.indices, -1).to_numpy()]
+    cats = pd.Index(col.dtype.__from_arrow__(enc.dictionary.take(pa.array(order))))
+    cat = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats), validate=False)
+    return pd.Series(cat, index=col.index, name=col.name)
+
 def to_category(col:Column) -> Column:
     """`col.astype('category')`: categories sorted, missing values -1. For a pandas column of strings the distinct
-    values are sorted as a NumPy unicode array, in C (code-point order, Python's), not by comparing Python objects."""
-    if is_cudf(col) or col.dtype != object: return col.astype('category')
+    values are sorted in C: Arrow strings by Arrow's kernels, object strings as a NumPy unicode array (code-point
+    order, Python's), never by comparing Python objects."""
+    if is_cudf(col): return col.astype('category')
+    arr = arrow_strings(col)
+    if arr is not None: return _arrow_category(col, arr)
+    if col.dtype != object: return col.astype('category')
     try: codes, uniq = pd.factorize(col, sort=False)
     except TypeError as e:   # lists (not multi-hot), dicts, sets: pandas' message names neither the column nor a fix
         raise TypeError(f"cat column {col.name!r} holds unhashable values ({e}): cast it to str, or declare a column "
@@ -199,6 +235,35 @@ def is_list_dtype(col:Column) -> bool:
     if is_cudf(col): return type(col.dtype).__name__ == 'ListDtype'
     return col.dtype == object and isinstance(_first_value(col), (list, tuple, np.ndarray))
 
+def first_value(col:Column) -> Any:
+    "The first non-null value of a column (pandas or cuDF), or None."
+    if not is_cudf(col): return _first_value(col)
+    v = to_host(col.dropna().head(1))
+    return v.iloc[0] if len(v) else None
+
+def value_kind(v:Any) -> str:
+    "'str', 'number' (bools, ints and floats, NumPy's too) or the type's name: values of one kind sort together."
+    if isinstance(v, str): return 'str'
+    if isinstance(v, (bool, int, float, np.bool_, np.number)): return 'number'
+    return type(v).__name__
+
+def column_kind(col:Column) -> str|None:
+    """The `value_kind` a column holds, cheaply: from its dtype (a categorical's categories'), or from its first value
+    for an object column; None for a column with no value, or of another dtype (lists, dates)."""
+    dt = col.dtype
+    if type(dt).__name__ == 'CategoricalDtype':   # its first category says (one, not all: they may be millions)
+        return value_kind(to_host(dt.categories[:1])[0]) if len(dt.categories) else None
+    if getattr(dt, 'kind', None) in ('b', 'i', 'u', 'f'): return 'number'   # NumPy's, cuDF's, pandas' nullable
+    if isinstance(dt, pd.StringDtype) or (is_cudf(col) and is_str_dtype(dt)): return 'str'
+    if dt != object or is_cudf(col): return None
+    v = _first_value(col)
+    return None if v is None else value_kind(v)
+
+def mixed_types_error(name:str, values:Any) -> TypeError:
+    "The error for column `name`, whose distinct non-missing `values` mix types that fastai's vocabulary cannot sort."
+    kinds = sorted({type(o).__name__ for o in values})
+    return TypeError(f"column {name!r} mixes value types {kinds}: cast it to one type first")
+
 def holds_strings(col:Column) -> bool:
     "Whether a column's values are strings (a cuDF string column, or pandas cells that are `str`)."
     if is_cudf(col): return is_str_dtype(col.dtype)
@@ -213,9 +278,7 @@ def sorted_uniques(col:Column) -> list:
     u = u[~pd.isna(u)]
     if u.dtype != object: return list(np.sort(u))
     try: return sorted(u)
-    except TypeError:
-        kinds = sorted({type(o).__name__ for o in u})
-        raise TypeError(f"column {col.name!r} mixes value types {kinds}: cast it to one type first") from None
+    except TypeError: raise mixed_types_error(col.name, u) from None
 
 def holds_py_bools(col:Column) -> bool:
     """A cuDF bool column with nulls: pandas holds those values as an object column of Python bools (what cuDF's own
@@ -229,27 +292,47 @@ def shrink_dtypes(df:Frame, skip:list|tuple=()) -> dict:
     objs = {c for c in df.columns if c not in skip and holds_py_bools(df[c])}   # fastai's obj2cat: to category
     return {c: 'category' if c in objs else res[c] for c in df.columns if c in objs or c in res}
 
+def float_dtypes(df:Frame, names:Any) -> dict:
+    "{name: dtype name} of the NumPy float columns of `df` (pandas, cuDF, or a Dask frame's meta) among `names`."
+    names = set(names)
+    return {c: t.name for c,t in df.dtypes.items() if c in names and isinstance(t, np.dtype) and t.kind == 'f'}
+
+def float_casts(df:Frame, dtypes:dict) -> dict:
+    """{name: dtype} of the columns of `df` to cast to the float `dtypes` (the training frame's, `float_dtypes`): those
+    of another dtype that hold numbers (a numeric dtype, or an object column of numbers, as `predict`'s row is). Ints
+    and strings are not cast to: an int's width changes no value (and a later int may not fit the training width), and
+    a string is not a number (a cat column then holds another kind of value than its vocabulary: see `check_kind`)."""
+    res = {}
+    for c,t in dtypes.items():
+        if c not in df.columns or df[c].dtype == t: continue
+        dt = df[c].dtype
+        if pd.api.types.is_numeric_dtype(dt) or (dt == object and not is_cudf(df) and pd.api.types.infer_dtype(
+                df[c], skipna=True) in ('floating', 'integer', 'mixed-integer-float', 'boolean')): res[c] = t
+    return res
+
 def codes_dtype(n:int) -> np.dtype:
     "The signed dtype of pandas' codes for `n` categories (its `coerce_indexer_dtype`); cuDF's are unsigned to 26.06."
     return next(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64) if t is np.int64 or n < np.iinfo(t).max)
 
-def encode_codes(col:Column, vocab:list, add:int=1) -> Column:
-    """Codes of `col` against `vocab` (a list of values), plus `add`: a value not in `vocab`, or null, gives `add-1`.
+def encode_codes(col:Column, vocab:list|pd.Index, add:int=1) -> Column:
+    """Codes of `col` against `vocab` (a list of values, or the Index `pd.CategoricalDtype(vocab).categories` built
+    from them), plus `add`: a value not in `vocab`, or null, gives `add-1`.
     A Series on `col`'s index, on its backend, with pandas' code dtype: fastai's `pd.Categorical(col, vocab).codes+add`.
     Values are looked up in the index `pd.Categorical` builds from `vocab` (its `get_indexer`, which pandas 3 no longer
     lets `Categorical` do for values outside `vocab`); a categorical column maps its categories, then gathers its codes.
     On cuDF this avoids `astype(CategoricalDtype(vocab))`, whose codes are unsigned before 26.10 (an unseen value gets
     the largest code, not -1) and which fails on a categorical column whose categories need a wider code type."""
-    cats = pd.CategoricalDtype(vocab).categories
+    cats = vocab if isinstance(vocab, pd.Index) else pd.CategoricalDtype(vocab).categories
     cu = is_cudf(col)
     if cu: cats = require_cudf().from_pandas(cats)
     xp = _cupy() if cu else np
     if type(col.dtype).__name__ == 'CategoricalDtype':
-        lut = xp.append(cats.get_indexer(col.cat.categories), -1)   # a missing value's code, -1, reads the last entry
         old = col.cat.codes.astype('int64').fillna(-1).values if cu else col.cat.codes.to_numpy()
-        codes = lut[old]
+        # the categories of the frame the vocabulary came from are the vocabulary: its codes, with no lookup
+        if not cu and col.cat.categories.equals(cats): codes = old
+        else: codes = xp.append(cats.get_indexer(col.cat.categories), -1)[old]   # a missing value, -1, reads the last
     else: codes = cats.get_indexer(col)
-    dt = codes_dtype(len(vocab))
+    dt = codes_dtype(len(cats))
     codes = (codes + add).astype(dt)
     return (require_cudf().Series if cu else pd.Series)(codes, index=col.index, name=col.name)
 

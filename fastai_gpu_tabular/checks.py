@@ -1,9 +1,11 @@
 """The input checks `TabularGPU` (in memory) and `TabularDask` (over partitions) share, each error written once: names,
-columns, rows, +-inf, NaN nothing fills, targets, fastai's y_block rule, multi-hot declarations, NaN as null on cuDF.
-Each takes what its caller has already counted (in one pass over the frame, or one Dask computation) and raises,
-naming the columns, when the input is bad."""
+columns, rows, +-inf, NaN nothing fills, targets, fastai's y_block rule, multi-hot declarations, value types, NaN as
+null on cuDF; and the guard every proc's `setups` wears. Each takes what its caller has already counted (in one pass
+over the frame, or one Dask computation) and raises, naming the columns, when the input is bad."""
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 import numpy as np
@@ -12,11 +14,35 @@ from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.tabular.core import FillMissing, Tabular
 from fastcore.foundation import L
 
-from .backend import Column, Frame, holds_strings, is_cudf, is_list_dtype, is_numeric_dtype, is_str_dtype, split_lists
+from .backend import (
+    Column,
+    Frame,
+    column_kind,
+    first_value,
+    holds_strings,
+    is_cudf,
+    is_list_dtype,
+    is_numeric_dtype,
+    is_str_dtype,
+    mixed_types_error,
+    split_lists,
+    value_kind,
+)
 
 __all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
            'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
-           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns']
+           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns',
+           'raw_columns', 'check_value_types', 'check_kind', 'guard_setups']
+
+def guard_setups(f:Callable) -> Callable:
+    """A proc's `setups`, with an AttributeError raised inside it made a RuntimeError naming the proc: fasttransform's
+    `Transform.setup` returns None on an AttributeError, which leaves the proc unset, and the Tabular without its
+    columns, without a word. Every proc wears it: ours on their `setups`, fastai's through `procs.register_proc`."""
+    @functools.wraps(f)
+    def _inner(self, to):
+        try: return f(self, to)
+        except AttributeError as e: raise RuntimeError(f"{type(self).__name__}.setups failed: {e}") from e
+    return _inner
 
 def check_rows(n:int) -> None:
     "Set-up needs rows: a ValueError for an empty frame (`n` rows)."
@@ -57,6 +83,15 @@ def made_columns(procs) -> set:
     "Names of the columns set-up procs add to the frame (their `made_names`, e.g. TargetEncode's `<name>_te`)."
     return {c for p in getattr(procs, 'fs', L(procs)) if not isinstance(p, type) for c in getattr(p, 'made_names', ())}
 
+def raw_columns(procs, cat_names:list, cont_names:list, y_names:list) -> set:
+    """Names of the columns procs read as values (each proc's `raw_names`: HashBucket's, HashedCross', TargetEncode's,
+    JoinGroupby's), whose numbers fastai's shrink leaves as they are; a proc given as a class means its defaults."""
+    res = set()
+    for p in getattr(procs, 'fs', L(procs)):
+        if not hasattr(p, 'raw_names'): continue
+        res.update((p() if isinstance(p, type) else p).raw_names(list(cat_names), list(cont_names), list(y_names)))
+    return res
+
 def check_na_names(cat_names:list, columns:Iterable, procs:list|None, setup:bool,
                    train_nan:Callable[[str], bool]) -> None:
     """`<cont>_na` names in `cat_names` that are not `columns` yet: FillMissing must be about to make them. At set-up
@@ -70,6 +105,38 @@ def check_na_names(cat_names:list, columns:Iterable, procs:list|None, setup:bool
         if not made:
             raise KeyError(f"cat_names has {n!r}, the column FillMissing adds for NaN in {c!r}, but {c!r} has no "
                            f"NaN in the training rows, so FillMissing makes no {n!r}: remove it from cat_names")
+
+def check_value_types(items:Frame, cat_names:list, multi_hot:dict) -> None:
+    """fastai sorts a cat column's values into its vocabulary: a TypeError naming the first single-hot cat column of
+    `items` whose values are of kinds that do not sort together (strings and numbers), whether fastai's shrink cast it
+    to a category (its categories then hold them) or not. None and NaN are missing values, not a type."""
+    if is_cudf(items): return   # a cuDF column holds one type
+    for n in cat_names:
+        if n in multi_hot or n not in items.columns: continue
+        col = items[n]
+        vals = col.cat.categories if isinstance(col.dtype, pd.CategoricalDtype) else col if col.dtype == object else ()
+        # pandas' C pass says which may mix; the distinct values then say whether they do (ints and floats sort)
+        if not len(vals) or pd.api.types.infer_dtype(vals, skipna=True) not in ('mixed', 'mixed-integer'): continue
+        u = pd.unique(np.asarray(vals, dtype=object))
+        u = u[~pd.isna(u)]
+        if len({value_kind(v) for v in u}) > 1: raise mixed_types_error(n, u)
+
+def check_kind(name:str, col:Column, vocab:list, buckets:int=0) -> None:
+    """A UserWarning when a later frame's cat column `col` holds another kind of value (`column_kind`) than its
+    vocabulary `vocab` (strings against numbers, or numbers against strings): none of them can be in it, so each becomes
+    `#na#` (or, with `buckets`, an out-of-vocabulary bucket), as fastai's Categorify maps them without a word. Valid
+    data that training never saw (new IDs of the same kind) stays fastai's, without a warning."""
+    if not len(vocab): return
+    want, got = value_kind(vocab[0]), column_kind(col)
+    if got is None or got == want: return
+    example = first_value(col)
+    if example is None: return   # all missing (e.g. a float column of NaN): '#na#' is what they are
+    where = f"one of its {buckets} out-of-vocabulary buckets" if buckets else "'#na#' (code 0)"
+    kinds = lambda k: {'str': 'strings', 'number': 'numbers'}.get(k, f'{k} values')
+    plain = lambda v: v.item() if isinstance(v, np.generic) else v
+    warnings.warn(f"cat column {name!r} holds {kinds(got)} (e.g. {plain(example)!r}) where its training "
+                  f"vocabulary holds {kinds(want)} (e.g. {plain(vocab[0])!r}): every one of them becomes {where}. "
+                  "Cast the column to the training type", UserWarning, stacklevel=2)
 
 def count_inf(col:Column) -> int:
     "Rows of `col` holding +-inf: one vectorized pass (only float columns can hold inf)."

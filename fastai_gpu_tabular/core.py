@@ -21,6 +21,8 @@ from .backend import (
     Column,
     Frame,
     backend_of,
+    float_casts,
+    float_dtypes,
     frame_device,
     gather_columns,
     is_cudf,
@@ -37,11 +39,13 @@ from .checks import (
     check_na_names,
     check_names,
     check_rows,
+    check_value_types,
     count_inf,
     default_y_block,
     fill_nan_check,
     multi_hot_columns,
     prepare_columns,
+    raw_columns,
 )
 from .loader import BatchDataLoader
 from .pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
@@ -106,7 +110,9 @@ class TabularGPU(Tabular):
         order = _row_order(splits, len(df))
         self.multi_hot = multi_hot_columns(df, cat_names, multi_hot)
         # fastai's df_shrink (when reduce_memory): numbers downcast, object/str cat columns cast to category over all
-        # rows, which is where fastai's vocabulary for them comes from (valid-only values included)
+        # rows, which is where fastai's vocabulary for them comes from (valid-only values included); the numbers procs
+        # read as values (`raw_columns`) are left as they are
+        self._raw_columns = raw_columns(procs, cat_names, cont_names, y_names)
         casts = self._shrink_dtypes(df, cat_names, cont_names, y_names) if reduce_memory and len(df) else {}
         if inplace and order is None:
             items = df
@@ -116,6 +122,8 @@ class TabularGPU(Tabular):
             named = set(cat_names + cont_names + y_names)
             items = gather_columns(df, [c for c in df.columns if c in named], order, casts)
         items = prepare_columns(items, cont_names, y_names, self.multi_hot)
+        # the float dtypes the procs learn from: `new` gives them to every later frame, which `process` casts to them
+        self.float_dtypes = float_dtypes(items, cat_names + cont_names + y_names)
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
         self.items,self._packed,self._parent = items,{},None
         self.y_names,self.device = y_names,device
@@ -133,18 +141,22 @@ class TabularGPU(Tabular):
             res = self._derive(df)
             res.split = 1 if value else len(df)
             return res
-        return type(self)(df, do_setup=False, reduce_memory=False, y_block=TransformBlock(), inplace=inplace,
-                          multi_hot=self.multi_hot,
-                          **attrdict(self, 'procs', 'cat_names', 'cont_names', 'y_names', 'device'))
+        res = type(self)(df, do_setup=False, reduce_memory=False, y_block=TransformBlock(), inplace=inplace,
+                         multi_hot=self.multi_hot,
+                         **attrdict(self, 'procs', 'cat_names', 'cont_names', 'y_names', 'device'))
+        res.float_dtypes = self.float_dtypes   # the training frame's, which `process` casts its floats to
+        return res
 
     @property
     def iloc(self): return _TabIloc(self)
 
     def _shrink_dtypes(self, df, cat_names, cont_names, y_names) -> dict:
-        "fastai's `df_shrink_dtypes` on the named columns; the category cast only for single-hot cats and targets."
+        """fastai's `df_shrink_dtypes` on the named columns; the category cast only for single-hot cats and targets, and
+        the only one for the columns procs read as values (`raw_columns`: they keep the numbers they were given)."""
         named = set(cat_names) | set(cont_names) | set(y_names)
         dtypes = shrink_dtypes(df, skip=[c for c in df.columns if c not in named or c in self.multi_hot])
-        return {c:t for c,t in dtypes.items() if t != 'category' or c in cat_names or c in y_names}
+        return {c:t for c,t in dtypes.items()
+                if ((c in cat_names or c in y_names) if t == 'category' else c not in self._raw_columns)}
 
     # --- what the procs use ---------------------------------------------------------------------------------------
     @property
@@ -167,9 +179,14 @@ class TabularGPU(Tabular):
         for c in cols: self.set_col(c, f(self.items[c]))
 
     def _before_procs(self, setup=False):
-        "Bad input fails here, naming the columns, before any proc runs; and the packed rows are about to go stale."
+        """Bad input fails here, naming the columns, before any proc runs; a later frame's floats are cast to the
+        training frame's dtypes, so the procs see the values they learned from; the packed rows are about to go
+        stale."""
         if setup: check_rows(len(self.items))
         check_columns(self.items.columns, self.cat_names, self.cont_names, self.y_names, self.procs, setup)
+        if setup: check_value_types(self.items, self.cat_names, self.multi_hot)
+        else:
+            for c,t in float_casts(self.items, self.float_dtypes).items(): self.set_col(c, self.items[c].astype(t))
         check_inf({n: count_inf(self.items[n]) for n in self.cont_names if n in self.items.columns})
         if not self._has(FillMissing): fill_nan_check(self, None)
         train_nan = lambda c: self.items[c].iloc[:self.split].isna().any()
@@ -221,7 +238,7 @@ class TabularGPU(Tabular):
         return state
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        self.__dict__.update({'float_dtypes': {}, **state})   # a Tabular pickled before it kept them: no casts
         self._packed,self._parent,self.released = {},None,None
 
     # --- the processed frame, released once packed ----------------------------------------------------------------

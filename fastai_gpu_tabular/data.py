@@ -16,6 +16,7 @@ from fastcore.meta import delegates
 from . import __version__
 from .backend import backend_of, is_dask, require_cudf
 from .core import TabularGPU
+from .extras import install_command
 
 __all__ = ['BatchDataLoaders']
 
@@ -34,7 +35,8 @@ class _New:
         path = f'{self.cls.__module__}.{self.cls.__qualname__}'
         found = _Call(pydoc.locate, path)   # None where it cannot be imported
         err = RuntimeError(f"No module named {path.split('.')[0]!r} (or no {path} in it): this was pickled with "
-                           f"fastai_gpu_tabular {__version__}; `pip install fastai_gpu_tabular` to load it")
+                           f"fastai_gpu_tabular {__version__}; to load it, install it: {install_command()} "
+                           "(offline, from a wheel of it: see its README's Kaggle section)")
         fail = functools.partial(codecs.strict_errors, err)   # strict_errors raises the exception it is given
         # unpickled: `fail` where the class was not found, else `partial(copyreg.__newobj__, cls)`;
         # then called with args

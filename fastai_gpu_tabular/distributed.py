@@ -3,6 +3,8 @@ every rank's device (equal batches, no per-epoch broadcast, no Python lists), ta
 outside DDP, and `lr_find` restores every rank."""
 from __future__ import annotations
 
+import os
+import warnings
 from contextlib import contextmanager
 from copy import copy
 from functools import wraps
@@ -12,7 +14,7 @@ from fastai.callback.core import Callback
 from fastai.callback.schedule import LRFinder
 from fastai.data.core import TfmdDL
 from fastai.learner import Learner
-from fastai.torch_core import apply, get_model, maybe_gather, num_distrib, to_detach, to_device
+from fastai.torch_core import apply, default_device, get_model, maybe_gather, num_distrib, to_detach, to_device
 from torch.nn.parallel import DistributedDataParallel
 
 from .collectives import all_gather_rows, comm_device
@@ -268,3 +270,23 @@ if DistributedDL is not None and not hasattr(Learner.to_distributed, '_fgt'):   
 
     to_distributed._fgt = True
     Learner.to_distributed,Learner.detach_distributed = to_distributed,detach_distributed
+
+    def _one_process_launched():
+        "`accelerate launch --num_processes N` without `--multi_gpu` and without GPUs: one process, no word of it."
+        if num_distrib() > 1 or 'ACCELERATE_MIXED_PRECISION' not in os.environ: return
+        if 'MASTER_PORT' not in os.environ: return   # its one-process launcher sets it only when asked for more
+        warnings.warn("distrib_ctx runs on one process: `accelerate launch` starts several without `--multi_gpu` only "
+                      "where it finds several GPUs. Run `accelerate launch --multi_gpu --num_processes N train.py` "
+                      "(on CPUs too: gloo) or `torchrun --nproc_per_node N train.py`", stacklevel=3)
+
+    _distrib_ctx = Learner.distrib_ctx
+
+    def distrib_ctx(self:Learner, sync_bn:bool|None=None, in_notebook:bool=False, **kwargs):
+        """fastai's `distrib_ctx`, ready for CPUs: where the loaders are on the CPU, accelerate's `cpu=True` (gloo;
+        without it accelerate wraps nothing and fastai stops at `model.device`) and `sync_bn=False` (SyncBatchNorm
+        runs on GPUs only) unless given. Warns where `accelerate launch` started one process instead of several."""
+        kwargs.setdefault('cpu', torch.device(self.dls.device or default_device()).type == 'cpu')
+        _one_process_launched()
+        return _distrib_ctx(self, not kwargs['cpu'] if sync_bn is None else sync_bn, in_notebook, **kwargs)
+
+    Learner.distrib_ctx = distrib_ctx

@@ -17,10 +17,12 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
 
+from .backend import float_casts
+from .extras import import_extra
 from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
 from .pack import cat_widths
-from .procs import buckets_of, vocab_values
+from .procs import buckets_of, operand_dtype, vocab_values
 from .target import TargetEncode
 
 __all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
@@ -48,10 +50,10 @@ class PredsModel(nn.Module):
         x_cont = xs[-1] if self.has_cont else None
         return self.act(self.model(x_cat, x_cont))
 
-def _preds_model(learn):
-    "A CPU float32 copy of `learn.model` in eval mode inside `PredsModel`, and example inputs `(x_cat int32, x_cont)`."
-    to = learn.dls.train_ds
-    n_cat,n_cont = sum(cat_widths(to)),len(to.cont_names)
+def _preds_model(learn, widths:list):
+    """A CPU float32 copy of `learn.model` in eval mode inside `PredsModel`, and example inputs `(x_cat int32, x_cont)`;
+    `widths`: the train set's `cat_widths`."""
+    n_cat,n_cont = sum(widths),len(learn.dls.train_ds.cont_names)
     model = copy.deepcopy(learn.model).float().cpu().eval()
     act = getattr(learn.loss_func, 'activation', noop)
     xs = []
@@ -71,7 +73,7 @@ def export_model(learn:Learner, path:str|Path|None=None, batch:tuple|None=None):
     """`torch.export` of `learn.model` with `get_preds`' activation, a dynamic batch dimension, and multi-hot bags as
     the masked lookup. `batch`: an example `(x_cat, x_cont, ...)` (cloned: loader batches are views of one packed
     storage, which `torch.export.save` refuses); default zeros. Saved to `path` (a .pt2) if given."""
-    pm,xs = _preds_model(learn)
+    pm,xs = _preds_model(learn, cat_widths(learn.dls.train_ds))
     if batch is not None: xs = tuple(t.detach().cpu().clone() for t,k in zip(batch[:2], (pm.has_cat, pm.has_cont)) if k)
     dim = torch.export.Dim('batch')
     with _quiet_export(): ep = torch.export.export(pm, xs, dynamic_shapes=(tuple({0: dim} for _ in xs),))
@@ -80,19 +82,24 @@ def export_model(learn:Learner, path:str|Path|None=None, batch:tuple|None=None):
 
 # --- the procs as ONNX ops ------------------------------------------------------------------------------------------
 
+# The procs `export_onnx` puts in the graph (the hashes: on the host, see `onnx_inputs`), by class (subclasses too):
+# the kind `_procs` files each under. A Tabular holds one proc of each kind, or a list of the kinds in `_MANY`.
+ONNX_PROCS = {fatc.Categorify: 'cat', FillMissing: 'fill', Normalize: 'norm', HashBucket: 'hash', HashedCross: 'hash',
+              TargetEncode: 'te', JoinGroupby: 'jg'}
+_MANY = ('hash', 'jg')
+# the target's procs, which the graph needs not: it ends at `get_preds`' output
+TARGET_PROCS = (Categorize, RegressionSetup, MultiCategorize, EncodedMultiCategorize)
+
 def _procs(to) -> dict:
-    "The procs by kind; anything but fastai's Categorify/FillMissing/Normalize and the target's procs is an error."
+    "`to`'s procs by kind (`ONNX_PROCS`); any but those and the target's is an error."
     res,other = {},[]
     for t in to.procs.fs:
-        if isinstance(t, fatc.Categorify): res['cat'] = t
-        elif isinstance(t, FillMissing): res['fill'] = t
-        elif isinstance(t, Normalize): res['norm'] = t
-        elif isinstance(t, (HashBucket, HashedCross)): res.setdefault('hash', []).append(t)   # on the host
-        elif isinstance(t, TargetEncode): res['te'] = t
-        elif isinstance(t, JoinGroupby): res.setdefault('jg', []).append(t)
-        elif not isinstance(t, (Categorize, RegressionSetup, MultiCategorize, EncodedMultiCategorize)): other.append(t)
-    if other: raise TypeError(f"export_onnx knows Categorify, FillMissing, Normalize, HashBucket, HashedCross, "
-                              f"TargetEncode and JoinGroupby, not {[type(t).__name__ for t in other]}")
+        kind = next((k for c,k in ONNX_PROCS.items() if isinstance(t, c)), None)
+        if kind in _MANY: res.setdefault(kind, []).append(t)
+        elif kind is not None: res[kind] = t
+        elif not isinstance(t, TARGET_PROCS): other.append(t)
+    if other: raise TypeError(f"export_onnx knows {', '.join(c.__name__ for c in ONNX_PROCS)} and the target's procs, "
+                              f"not {[type(t).__name__ for t in other]}")
     return res
 
 def _key_type(name, values) -> str:
@@ -104,9 +111,15 @@ def _key_type(name, values) -> str:
     raise TypeError(f"cat column {name!r} has categories of type {kinds}: export_onnx encodes strings, integers, "
                     "floats and bools; convert the column (e.g. to str) before building the TabularGPU")
 
+def _onnx_type(name:str) -> int:
+    "ONNX's element type of a key type ('string', 'int64', 'double': see `_key_type`) or of a float dtype's name."
+    from onnx import TensorProto as T
+    return {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE, 'float64': T.DOUBLE, 'float32': T.FLOAT}[name]
+
 class _Graph:
-    "An ONNX graph under construction: `op` adds a node and returns its output's name, `const` an initializer's."
-    def __init__(self): self.nodes,self.inits,self.inputs,self.n = [],[],[],0
+    """An ONNX graph under construction: `op` adds a node and returns its output's name, `const` an initializer's.
+    `floats`: the training frame's float dtypes by column, which `raw` casts an input to."""
+    def __init__(self, floats:dict): self.nodes,self.inits,self.inputs,self.n,self.floats = [],[],[],0,floats
     def name(self):
         self.n += 1
         return f'fgt/{self.n}'
@@ -131,11 +144,26 @@ class _Graph:
         self.inputs.append(helper.make_tensor_value_info(name, elem_type, ['batch']))
         return name
 
+    def raw(self, name, kind):
+        """Input `name` of `kind`; a double whose training column was float32 as the float32 value the procs learned
+        from (cast in the graph, so the input stays double: any client's float64 gets what `process` gives it)."""
+        from onnx import TensorProto as T
+        x = self.input(name, _onnx_type(kind))
+        if kind != 'double' or self.floats.get(name) != 'float32': return x
+        return self.op('Cast', self.op('Cast', x, to=T.FLOAT), to=T.DOUBLE)
+
+    def output(self, name, blocks, elem_type, width):
+        "The graph output `fgt/<name>`, `[batch, width]`: the `blocks` side by side."
+        from onnx import helper
+        x = self.op('Concat', *blocks, axis=1) if len(blocks) > 1 else blocks[0]
+        self.nodes.append(helper.make_node('Identity', [x], [f'fgt/{name}']))
+        return helper.make_tensor_value_info(f'fgt/{name}', elem_type, ['batch', width])
+
     def encode(self, x, vocab, kind):
         "Codes of `x` against `vocab` (fastai's: position + 1), 0 (`#na#`) for anything else."
         from onnx import TensorProto as T
         from onnx import helper
-        tt = {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind]
+        tt = _onnx_type(kind)
         cast = {'string': str, 'int64': int, 'double': float}[kind]
         keys = [cast(v) for v in vocab] or [NA_STRING if kind == 'string' else 0]   # LabelEncoder needs one key
         vals = list(range(1, len(vocab) + 1)) or [0]
@@ -169,7 +197,7 @@ class _Graph:
         na_key = {'string': NA_STRING, 'int64': int(np.iinfo(np.int64).min)}.get(kind)   # what onnx_inputs sends
         if na_key is not None and na_key not in keys: keys, vals = [*keys, na_key], [*vals, missing]
         if not keys: keys, vals = [NA_STRING if kind == 'string' else 0], [float(mean)]   # LabelEncoder needs one key
-        tt = {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind]
+        tt = _onnx_type(kind)
         y = self.op('LabelEncoder', x, keys_tensor=helper.make_tensor('keys', tt, [len(keys)], keys),
                     values_tensor=helper.make_tensor('values', T.DOUBLE, [len(vals)], vals),
                     default_tensor=helper.make_tensor('default', T.DOUBLE, [1], [float(mean)]))
@@ -191,83 +219,119 @@ def _bag_sep(to, name, list_sep) -> tuple:
     sep = to.multi_hot[name]
     return (sep, True) if sep is not None else (list_sep, False)
 
-def _procs_graph(to, list_sep='|'):
-    """The procs of `to` as an ONNX graph: one input per raw column (strings, int64 or double), outputs `x_cat` (int64
-    codes, multi-hot columns as -1-padded slots) and `x_cont` (float32), as the packed rows hold them. Returns
-    `(graph, columns)`, `columns` being {input: {'type', 'kind'[, 'sep']}}."""
+# --- one function per proc kind: each adds its ops to `g`, and its inputs to `cols` ---------------------------------
+def _target_encoded(g, te, s, i, cols):
+    "TargetEncode's `i`-th column of cat column `s`: the column's raw values through a LabelEncoder to doubles."
+    enc = te.encodings[s].iloc[:, i]
+    kind = _key_type(s, [v for v in enc.index if not pd.isna(v)])
+    cols.setdefault(s, {'type': kind, 'kind': 'cat'})
+    return g.target(g.raw(s, kind), enc, kind, np.atleast_1d(te.target_mean)[i])
+
+def _grouped(g, jg, s, n, cont_names, cols):
+    "JoinGroupby's column `n` (of column `s`): the same lookup, default the cont's statistic over all training rows."
+    enc, default = _joined_values(jg, s, n)
+    # a cont grouped by as a category is one double input
+    kind = 'double' if s in cont_names else _key_type(s, [v for v in enc.index if not pd.isna(v)])
+    cols.setdefault(s, {'type': kind, 'kind': 'cat'})
+    return g.target(g.raw(s, kind), enc, kind, default)
+
+def _filled(g, fill, n, x, dt) -> tuple:
+    "FillMissing of cont `n` (`x`, of dtype `dt`): the flag from IsNaN (int64 codes), the fill by Where; `(x, flag)`."
     from onnx import TensorProto as T
-    from onnx import helper
-    procs,g = _procs(to),_Graph()
-    cat,fill,norm = procs.get('cat'),procs.get('fill'),procs.get('norm')
-    na_dict = fill.na_dict if fill is not None else {}
-    flags = {f'{n}_na': n for n in na_dict} if fill is not None and fill.add_col else {}
-    mh = getattr(to, 'multi_hot', {})
-    te = procs.get('te')
+    isna = g.op('IsNaN', x)
+    flag = g.op('Cast', isna, to=T.INT64)
+    return g.op('Where', isna, g.const(dt.type(fill.na_dict[n])), x), flag
+
+def _normalized(g, norm, n, x, dt, norm_dt):
+    """Normalize of cont `n` (`x`, of dtype `dt`), in the dtypes fastai's frame-wide `(conts - means) / stds` computes
+    in; `norm_dt`: `operand_dtype` of its means and of its stds."""
+    for op,v,vt in (('Sub', norm.means[n], norm_dt[0]), ('Div', norm.stds[n], norm_dt[1])):
+        t = np.result_type(dt, vt)
+        if t != dt: x, dt = g.op('Cast', x, to=_onnx_type(t.name)), t
+        x = g.op(op, x, g.const(t.type(vt.type(v))))
+    return x
+
+def _multi_hot(g, to, n, vocab, width, list_sep, cols):
+    "A multi-hot column's codes: its string input split on its separator, encoded, in `width` slots padded with -1."
+    from onnx import TensorProto as T
+    sep,empty = _bag_sep(to, n, list_sep)
+    if _key_type(n, vocab) == 'double':
+        raise TypeError(f"multi-hot column {n!r} holds floats: export_onnx encodes strings and ints there")
+    bad = [v for v in vocab if sep in str(v)]
+    if bad: raise ValueError(f"multi-hot column {n!r} has elements containing the separator {sep!r}, e.g. "
+                             f"{bad[:3]}: pass another `list_sep`")
+    cols[n] = {'type': 'string', 'kind': 'multi_hot', 'sep': sep, 'lists': not empty}
+    return g.bag(g.input(n, T.STRING), [str(v) for v in vocab], 'string', sep, width, empty)
+
+def _categorified(g, cat, n, x, vocab, kind, made, cols):
+    """Categorify's codes of `x` (column `n`); with `num_buckets`, where the vocabulary gives 0, the bucket code of an
+    input `<n>#bucket` that `onnx_inputs` computes on the host (`made`: `host_specs` of the hashing procs)."""
+    from onnx import TensorProto as T
+    code = g.encode(x, vocab, kind)
+    if not buckets_of(cat, n): return code
+    b = g.input(f'{n}#bucket', T.INT64)
+    oov = {'oov_of': n, 'offset': len(vocab) + 1, 'buckets': buckets_of(cat, n), 'seed': cat.seed}
+    cols[b] = {'type': 'int64', 'kind': 'oov', 'host': oov | ({'made': made[n]} if n in made else {})}
+    return g.op('Where', g.op('Equal', code, g.const(np.int64(0))), b, code)
+
+def _conts(g, to, procs, cols) -> tuple:
+    """The conts as the packed rows hold them (float32 `[batch, 1]` blocks) from their inputs through TargetEncode or
+    JoinGroupby, FillMissing and Normalize; and FillMissing's `_na` flags by name, if it adds them."""
+    from onnx import TensorProto as T
+    te,fill,norm = procs.get('te'),procs.get('fill'),procs.get('norm')
     te_out = {c: (s, i) for s in te.encodings for i,c in enumerate(te.out_names(s))} if te is not None else {}
     jg_out = {c: (p, s) for p in procs.get('jg', []) for s,gr in p.groups.items() for c in gr.columns}
-    cols,conts,flag_x = {},[],{}
+    na_dict = fill.na_dict if fill is not None else {}
+    norm_dt = (operand_dtype(norm.means), operand_dtype(norm.stds)) if norm is not None else None
+    conts,flags = [],{}
     for n in to.cont_names:
-        if n in te_out:   # TargetEncode: its cat column's raw values through a LabelEncoder to doubles
-            s,i = te_out[n]
-            enc = te.encodings[s].iloc[:, i]
-            kind = _key_type(s, [v for v in enc.index if not pd.isna(v)])
-            x = g.input(s, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
-            cols.setdefault(s, {'type': kind, 'kind': 'cat'})
-            x = g.target(x, enc, kind, np.atleast_1d(te.target_mean)[i])
-        elif n in jg_out:   # JoinGroupby: the same lookup, its cont's statistic over all training rows the default
-            jg,s = jg_out[n]
-            enc, default = _joined_values(jg, s, n)
-            # a cont grouped by as a category is one double input
-            kind = 'double' if s in to.cont_names else _key_type(s, [v for v in enc.index if not pd.isna(v)])
-            x = g.input(s, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
-            cols.setdefault(s, {'type': kind, 'kind': 'cat'})
-            x = g.target(x, enc, kind, default)
+        dt = np.dtype('float64')   # the dtype the procs compute this cont in (ints are float64 against the stats)
+        if n in te_out: x = _target_encoded(g, te, *te_out[n], cols)
+        elif n in jg_out: x = _grouped(g, *jg_out[n], n, to.cont_names, cols)
         else:
             x = g.input(n, T.DOUBLE)
             cols[n] = {'type': 'double', 'kind': 'cont'}
-        if n in na_dict:   # FillMissing: the flag from IsNaN, the fill by Where
-            isna = g.op('IsNaN', x)
-            flag_x[f'{n}_na'] = g.op('Cast', isna, to=T.INT64)
-            x = g.op('Where', isna, g.const(np.float64(na_dict[n])), x)
-        if norm is not None:
-            x = g.op('Div', g.op('Sub', x, g.const(np.float64(norm.means[n]))), g.const(np.float64(norm.stds[n])))
+            if g.floats.get(n) == 'float32': x, dt = g.op('Cast', x, to=T.FLOAT), np.dtype('float32')
+        if n in na_dict:
+            x, flag = _filled(g, fill, n, x, dt)
+            if fill.add_col: flags[f'{n}_na'] = flag
+        if norm is not None: x = _normalized(g, norm, n, x, dt, norm_dt)
         conts.append(g.column(g.op('Cast', x, to=T.FLOAT)))
+    return conts, flags
+
+def _cats(g, to, procs, widths, flags, list_sep, cols) -> list:
+    "The cats' codes as the packed rows hold them (int64 blocks of `widths` columns); `flags`: FillMissing's."
+    cat = procs.get('cat')
     if cat is None and len(to.cat_names):
         raise TypeError("export_onnx encodes cat columns with Categorify's vocabularies: add Categorify to procs")
-    cats,made = [],host_specs(procs.get('hash', []))
-    for n,w in zip(to.cat_names, cat_widths(to)):
+    mh,made = getattr(to, 'multi_hot', {}),host_specs(procs.get('hash', []))
+    cats = []
+    for n,w in zip(to.cat_names, widths):
         vocab = list(vocab_values(cat, n))
         if n in mh:
-            sep,empty = _bag_sep(to, n, list_sep)
-            kind = _key_type(n, vocab)
-            if kind == 'double':
-                raise TypeError(f"multi-hot column {n!r} holds floats: export_onnx encodes strings and ints there")
-            bad = [v for v in vocab if sep in str(v)]
-            if bad: raise ValueError(f"multi-hot column {n!r} has elements containing the separator {sep!r}, e.g. "
-                                     f"{bad[:3]}: pass another `list_sep`")
-            cats.append(g.bag(g.input(n, T.STRING), [str(v) for v in vocab], 'string', sep, w, empty))
-            cols[n] = {'type': 'string', 'kind': 'multi_hot', 'sep': sep, 'lists': not empty}
+            cats.append(_multi_hot(g, to, n, vocab, w, list_sep, cols))
             continue
         kind = _key_type(n, vocab)
-        if n in flags: x = flag_x[n]
+        if n in flags: x = flags[n]
         else:
-            x = g.input(n, {'string': T.STRING, 'int64': T.INT64, 'double': T.DOUBLE}[kind])
+            x = g.raw(n, kind)
             cols[n] = {'type': kind, 'kind': 'cat'}
             if n in made: cols[n]['host'] = made[n]   # hashed or crossed: `onnx_inputs` makes it from raw columns
-        code = g.encode(x, vocab, kind)
-        if buckets_of(cat, n):   # Categorify(num_buckets): where the vocabulary gives 0, the bucket code from the host
-            b = g.input(f'{n}#bucket', T.INT64)
-            oov = {'oov_of': n, 'offset': len(vocab) + 1, 'buckets': buckets_of(cat, n), 'seed': cat.seed}
-            cols[b] = {'type': 'int64', 'kind': 'oov', 'host': oov | ({'made': made[n]} if n in made else {})}
-            code = g.op('Where', g.op('Equal', code, g.const(np.int64(0))), b, code)
-        cats.append(g.column(code))
-    outs = []
-    for name,blocks,tt in (('x_cat', cats, T.INT64), ('x_cont', conts, T.FLOAT)):
-        if not blocks: continue
-        x = g.op('Concat', *blocks, axis=1) if len(blocks) > 1 else blocks[0]
-        g.nodes.append(helper.make_node('Identity', [x], [f'fgt/{name}']))
-        width = sum(cat_widths(to)) if name == 'x_cat' else len(to.cont_names)
-        outs.append(helper.make_tensor_value_info(f'fgt/{name}', tt, ['batch', width]))
+        cats.append(g.column(_categorified(g, cat, n, x, vocab, kind, made, cols)))
+    return cats
+
+def _procs_graph(to, widths:list, list_sep='|'):
+    """The procs of `to` as an ONNX graph: one input per raw column (strings, int64 or double), outputs `x_cat` (int64
+    codes, multi-hot columns as -1-padded slots; `widths` columns a cat) and `x_cont` (float32), as the packed rows
+    hold them. Returns `(graph, columns)`, `columns` being {input: {'type', 'kind'[, 'sep']}}."""
+    from onnx import TensorProto as T
+    from onnx import helper
+    procs,cols = _procs(to),{}
+    g = _Graph(getattr(to, 'float_dtypes', {}))   # the training frame's: fastai's TabularPandas keeps none
+    conts,flags = _conts(g, to, procs, cols)
+    cats = _cats(g, to, procs, widths, flags, list_sep, cols)
+    outs = [g.output(name, blocks, tt, w) for name,blocks,tt,w in
+            (('x_cat', cats, T.INT64, sum(widths)), ('x_cont', conts, T.FLOAT, len(to.cont_names))) if blocks]
     return helper.make_graph(g.nodes, 'fastai_gpu_tabular_procs', g.inputs, outs, initializer=g.inits), cols
 
 def _rename_output(model, old, new):
@@ -282,23 +346,26 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     missing category's value for a missing input, the target's mean for an unseen one; JoinGroupby likewise, the cont's
     statistic over all training rows for an unseen category) merged with the model, whose
     multi-hot bags export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64
-    (integer and bool categories), double (continuous and float categories; NaN is missing); a list column as its
-    elements joined by `list_sep`. The output `preds` is what `get_preds` returns: probabilities, or the
-    (y_range-scaled) values.
+    (integer and bool categories), double (continuous and float categories; NaN is missing; one that was float32 in
+    training is cast to float32 first, as `process` casts it, and the procs compute in the dtypes the frame did); a
+    list column as its elements joined by `list_sep`. The output `preds` is what `get_preds` returns: probabilities,
+    or the (y_range-scaled) values.
     Standard ONNX has no MurmurHash3: a HashBucket or HashedCross column is an input holding what those procs make (its
     bucket labels, or the cross's text), and a `Categorify(num_buckets)` column has a second input `<name>#bucket`
     with each row's bucket code, which `onnx_inputs` computes on the host from the raw columns.
     `onnx_inputs(df, path)` makes the inputs from a frame. `procs=False`: the model alone, on the loader's batches
     (`x_cat` int32, `x_cont` float32). Returns `path`."""
-    import onnx
+    onnx = import_extra('onnx', 'onnx', 'export_onnx')
+    import_extra('onnxscript', 'onnx', 'export_onnx')   # torch's dynamo exporter writes the graph with it
     from onnx import helper
     to = learn.dls.train_ds
-    pm,xs = _preds_model(learn)
+    widths = cat_widths(to)
+    pm,xs = _preds_model(learn, widths)
     names = _input_names(xs, pm.has_cat)
     if procs:
         bad = [n for n in list(to.cat_names) + list(to.cont_names) if not isinstance(n, str)]
         if bad: raise TypeError(f"export_onnx names each ONNX input after its column: names {bad} must be strings")
-        graph,cols = _procs_graph(to, list_sep)
+        graph,cols = _procs_graph(to, widths, list_sep)
         if 'preds' in cols: raise ValueError("a column named 'preds' would clash with the ONNX output: rename it")
         xs = tuple(x.long() if n == 'x_cat' else x for n,x in zip(names, xs))   # what the procs graph gives
     dim = torch.export.Dim('batch')
@@ -314,7 +381,8 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
             helper.make_opsetid('', ops.get('', opset)), helper.make_opsetid('ai.onnx.ml', _ML_OPSET)])
         model = onnx.compose.merge_models(pre, model, io_map=[(f'fgt/{n}', n) for n in names], prefix2='model/')
         _rename_output(model, 'model/preds', 'preds')
-        meta.update(columns=cols, na_string=NA_STRING)
+        # the training frame's float dtypes, which `onnx_inputs` casts the columns it hashes on the host to
+        meta.update(columns=cols, na_string=NA_STRING, float_dtypes=dict(getattr(to, 'float_dtypes', {})))
     helper.set_model_props(model, {_META + k: json.dumps(v) for k,v in meta.items()})
     onnx.checker.check_model(model)
     big = sum(t.ByteSize() for t in model.graph.initializer) > 2**31 - 2**26   # protobuf's 2 GiB limit
@@ -323,23 +391,27 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
 
 # --- the client side ----------------------------------------------------------------------------------------------
 def _session(model):
-    import onnxruntime as ort
+    ort = import_extra('onnxruntime', 'onnx', 'onnx_inputs')
     if isinstance(model, ort.InferenceSession): return model
     return ort.InferenceSession(str(model), providers=['CPUExecutionProvider'])
 
 def onnx_inputs(df:pd.DataFrame, model) -> dict:
     """The inputs of an `export_onnx` file (a path or an `onnxruntime.InferenceSession`) from a pandas frame of raw
     rows, as a client would make them: missing strings -> '#na#', list columns joined, bools and ints as int64 (a
-    missing one -> an integer no vocabulary holds), numbers as float64 with NaN."""
+    missing one -> an integer no vocabulary holds), numbers as float64 with NaN (the graph casts a column that was
+    float32 in training to float32; the inputs hashed here are made from columns cast so)."""
     meta = {k[len(_META):]: json.loads(v) for k,v in _session(model).get_modelmeta().custom_metadata_map.items()
             if k.startswith(_META)}
     res = {}
     for n,c in meta['columns'].items():
-        if 'host' in c:   # hashed on the host (see `export_onnx`)
-            bad = [o for o in host_sources(c['host']) if o not in df.columns]
+        if 'host' in c:   # hashed on the host (see `export_onnx`), from the values the procs learned from
+            src = list(dict.fromkeys(host_sources(c['host'])))
+            bad = [o for o in src if o not in df.columns]
             if bad: raise KeyError(f"column(s) {bad}, which the ONNX model's input {n!r} is made from, are not in "
                                    "the frame")
-            res[n] = host_input(df, c['host'], n, meta['na_string'])
+            src = df[src]
+            res[n] = host_input(src.astype(float_casts(src, meta.get('float_dtypes', {}))), c['host'], n,
+                                meta['na_string'])
             continue
         if n not in df.columns: raise KeyError(f"column {n!r}, an input of the ONNX model, is not in the frame")
         col = df[n]
@@ -374,7 +446,7 @@ def export_triton(learn:Learner, repo:str|Path, name:str='fastai_tabular', versi
     (`export_onnx`'s file; `kwargs` go there) and, for a classifier, `labels.txt` (the target's vocab, for Triton's
     classification extension). Each input is a batched column: `dims: [1]` reshaped to the graph's 1-D input, strings
     as TYPE_STRING; the output `preds` is `[batch, n_out]`. Returns the model's folder."""
-    import onnx
+    onnx = import_extra('onnx', 'onnx', 'export_triton')
     d = Path(repo)/name
     (d/str(version)).mkdir(parents=True, exist_ok=True)
     path = export_onnx(learn, d/str(version)/'model.onnx', **kwargs)

@@ -7,6 +7,7 @@ import pandas as pd
 from fastai.tabular.core import TabularProc
 
 from .backend import encode_codes, is_cudf, require_cudf, to_host, to_pandas
+from .checks import guard_setups
 
 __all__ = ['JoinGroupby']
 
@@ -53,6 +54,12 @@ class JoinGroupby(TabularProc):
         if bad: raise ValueError(f"JoinGroupby: continuous column(s) {bad} are entirely NaN in the training rows, so "
                                  "no category has a statistic: drop them from `conts`")
 
+    def raw_names(self, cat_names, cont_names, y_names) -> list:
+        """The cats it groups by and the conts it summarises: fastai's shrink leaves their values as they are (see
+        `checks.raw_columns`), so the statistics are pandas' of the values given (float64 ones too)."""
+        return list(dict.fromkeys(self.names + self.conts))
+
+    @guard_setups
     def setups(self, to):
         self.check_columns(to)
         df = to.items

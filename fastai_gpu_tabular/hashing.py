@@ -23,6 +23,7 @@ import pandas as pd
 from fastai.tabular.core import Tabular, TabularProc
 
 from .backend import Column, codes_dtype, is_cudf, require_cudf, to_host
+from .checks import guard_setups
 
 __all__ = ['murmur3_32', 'hash_values', 'hash_column', 'bucket_labels', 'is_bucket_dtype', 'oov_buckets',
            'check_buckets', 'check_seed', 'HashBucket', 'HashedCross', 'cross_name', 'cross_values', 'host_specs',
@@ -220,10 +221,18 @@ class HashBucket(TabularProc):
         self.num_buckets = {n: check_buckets(nb[n], f"num_buckets of {n!r}") for n in names}
         super().__init__()
 
-    def setups(self, to:Tabular):
+    def raw_names(self, cat_names, cont_names, y_names) -> list:
+        "The columns it hashes: fastai's shrink leaves their values as they are (see `checks.raw_columns`)."
+        return list(self.names)
+
+    def check_columns(self, to:Tabular):
+        "Its columns are single-hot cat columns of the frame; else an error naming them, before anything is hashed."
         _check_cols(to, self.names, 'HashBucket')
         bad = [n for n in self.names if n not in to.cat_names]
         if bad: raise KeyError(f"HashBucket hashes cat columns: {bad} are not in cat_names")
+
+    @guard_setups
+    def setups(self, to:Tabular): self.check_columns(to)   # it learns nothing
 
     def encodes(self, to:Tabular):
         for n in self.names:
@@ -271,8 +280,8 @@ class HashedCross(TabularProc):
     With `num_buckets` unset the cross is exact, and Categorify (after it in procs) learns its vocabulary from the
     training rows; with `num_buckets` (an int, or {cross name: int}) it is hashed into buckets as `HashBucket` does
     (the hash of the joined text, see this module's docstring). The parts must be named columns (cat or cont); it
-    runs first (`order` -2, before HashBucket), on their raw values. A float part is written as its text: as the
-    float the Tabular holds (fastai's `reduce_memory` makes float64 float32), an integral one as an int."""
+    runs first (`order` -2, before HashBucket), on their raw values (fastai's `reduce_memory` leaves them as they
+    are). A float part is written as its text, an integral one as an int."""
     order = -2
     def __init__(self, names:list, num_buckets:int|dict|None=None, seed:int=0):
         names = [names] if names and isinstance(names[0], str) else list(names)
@@ -285,10 +294,18 @@ class HashedCross(TabularProc):
                             for n in self.made_names}
         super().__init__()
 
-    def setups(self, to:Tabular):
+    def raw_names(self, cat_names, cont_names, y_names) -> list:
+        "The columns it crosses: fastai's shrink leaves their values as they are (see `checks.raw_columns`)."
+        return list(dict.fromkeys(c for p in self.names for c in p))
+
+    def check_columns(self, to:Tabular):
+        "Its parts are single-hot columns of the frame, its crosses new names; else an error naming them."
         _check_cols(to, [c for p in self.names for c in p], 'HashedCross')
         clash = [n for n in self.made_names if n in to.cont_names or n in to.y_names]
         if clash: raise ValueError(f"HashedCross would make column(s) {clash}, which are already named columns")
+
+    @guard_setups
+    def setups(self, to:Tabular): self.check_columns(to)   # it learns nothing
 
     def encodes(self, to:Tabular):
         for p, n in zip(self.names, self.made_names):

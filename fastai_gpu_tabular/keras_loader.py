@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from .extras import import_extra
 from .loader import BatchDataLoader
 from .pack import cat_spans, cat_widths
 
@@ -13,7 +14,7 @@ def to_tf(batch):
     """Torch tensors (a tensor, or a tuple/list/dict of them) as TensorFlow tensors through DLPack: no copy through
     the host, on the tensors' own device. Loader batches are strided views of the packed rows, which TF rejects:
     each is made `.contiguous()` first (a copy on the device only when it is a view)."""
-    import tensorflow as tf
+    tf = import_extra('tensorflow', 'tf', 'to_tf')
     def _one(t): return tf.experimental.dlpack.from_dlpack(t.contiguous().__dlpack__())
     if isinstance(batch, dict): return {k: _one(v) for k,v in batch.items()}
     if isinstance(batch, (tuple, list)): return type(batch)(_one(t) for t in batch)
@@ -37,7 +38,7 @@ def _batch_converter(keras_backend:str):
 
 @functools.cache
 def _dataset_cls():
-    import keras
+    keras = import_extra('keras', 'keras', 'as_keras_dataset')
     class TabularPyDataset(keras.utils.PyDataset):
         """A `BatchDataLoader`'s rows as a Keras `PyDataset`: batch `i` is one gather of the packed rows (a slice when
         not shuffled), split into a dict of column views; `on_epoch_end` draws the next permutation."""
@@ -73,13 +74,13 @@ def as_keras_dataset(dl:BatchDataLoader):
 
 def keras_inputs(dl:BatchDataLoader) -> dict:
     "`keras.Input`s matching `as_keras_dataset(dl)`'s batches, by column name: int32 codes and float32 values."
-    import keras
+    keras = import_extra('keras', 'keras', 'keras_inputs')
     return {n: keras.Input(shape=(e - s,), dtype='float32' if kind == 'cont' else 'int32', name=n)
             for n,s,e,kind in _column_spans(dl.dataset)}
 
 @functools.cache
 def _bag_cls():
-    import keras
+    keras = import_extra('keras', 'keras', 'bag_embedding')
     from keras import ops
     class BagEmbedding(keras.layers.Layer):
         "Embeddings of a multi-hot column's slots (codes padded with -1), summed or averaged over the codes present."

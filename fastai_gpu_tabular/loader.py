@@ -11,7 +11,13 @@ from fastcore.meta import delegates
 
 from .pack import cat_spans, cat_widths, gather_rows
 
-__all__ = ['BatchDataLoader', 'ReadTabBatchGPU']
+__all__ = ['batch_size', 'BatchDataLoader', 'ReadTabBatchGPU']
+
+def batch_size(n_train:int, most:int=16384, steps:int=50) -> int:
+    """A batch size for `n_train` training rows: the largest power of two that still gives `steps` steps an epoch, at
+    most `most`. Large batches pay off when an epoch is hundreds of steps; a small frame needs small batches to
+    learn."""
+    return int(min(most, max(2 ** int(np.log2(max(n_train // steps, 1))), 1)))
 
 class ReadTabBatchGPU(ReadTabBatch):
     "fastai's `ReadTabBatch` for batches that are already tensors: encodes passes them through"

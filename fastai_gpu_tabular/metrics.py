@@ -15,11 +15,12 @@ Conventions (those of fastai's `RocAucBinary` and sklearn, unless said):
   BCEWithLogits' one; the same for torch's own `nn.CrossEntropyLoss`/`nn.BCEWithLogitsLoss`, which have none), or the
   output itself where the loss has no activation (MSE). It is the float32 op `RocAucBinary` applies to each batch on
   the device, and the one `get_preds` applies on the host to the gathered batches (a row's value does not depend on
-  its batch), so that AUC equals `RocAucBinary` and sklearn's `roc_auc_score` on `get_preds` to the last bit, ties
-  included: float32 probabilities saturate (margins above ~17 all round to 1.0) and round distinct margins alike.
-  (On CUDA, whether its softmax rounds as the CPU's, which `get_preds` uses, is not tested yet.) `score='margin'`
-  ranks the raw output instead, the logit margin `x[:, 1] - x[:, 0]` of two columns (a strictly increasing function
-  of the probability, without its rounding) or the one column.
+  its batch), so that AUC equals `RocAucBinary` and, on a CPU, sklearn's `roc_auc_score` on `get_preds` to the last
+  bit, ties included: float32 probabilities saturate (margins above ~17 all round to 1.0) and round distinct margins
+  alike. On a GPU the activation runs there, as `RocAucBinary` runs it: `get_preds`' host probabilities may round a
+  row apart by an ulp, and sklearn's AUC on them then differs by at most the pairs that rounding reorders.
+  `score='margin'` ranks the raw output instead, the logit margin `x[:, 1] - x[:, 0]` of two columns (a strictly
+  increasing function of the probability, without its rounding) or the one column.
 * **Positives.** A 0/1 target (a 2-class category index, or a float 0/1); anything else is an error, unless `thresh`
   is given: then a row is positive when its target is `>= thresh` (a rating >= 4).
 * **Ties** count as the expectation over a uniformly random order of the tied rows: AUC gives a tied

@@ -1,5 +1,7 @@
 """LAMB for large tabular batches: a sync-free foreach `Lamb` for fastai, `torch_optimizer.Lamb` through `OptimWrapper`
-with proper weight-decay groups, and the batch-size helpers of the large-batch recipe.
+with proper weight-decay groups, and the batch-size helpers of the large-batch recipe; and for embedding tables with
+sparse gradients, a lazy row-wise Adam (`sparse_adam_step`: `torch.optim.SparseAdam`'s math, moments only for the rows
+touched) that `sparse_opt` joins to any fastai optimizer.
 
 Large-batch recipe (what the helpers below are for):
 
@@ -31,6 +33,8 @@ from fastai.torch_core import norm_types, trainable_params
 from fastcore.basics import partialler
 from fastcore.foundation import L
 from torch import nn
+
+from .extras import import_extra
 
 __all__ = ['Lamb', 'lamb', 'LambOptimizer', 'lamb_foreach_step', 'no_wd_params', 'ExcludeFromAdaptation',
            'lamb_param_groups', 'WDGroupsOptimWrapper', 'torch_optimizer_lamb', 'scale_lr', 'scale_wd', 'warmup_pct',
@@ -212,13 +216,7 @@ class WDGroupsOptimWrapper(OptimWrapper):
             self._warn_ungrouped(v)
         super()._set_hyper(k, v)
 
-def _torch_optimizer():
-    try:
-        import torch_optimizer
-    except ImportError as e:
-        raise ImportError("`torch_optimizer_lamb` needs torch-optimizer, which comes with the `lamb` extra: "
-                          "`pip install 'fastai_gpu_tabular[lamb]'`") from e
-    return torch_optimizer
+def _torch_optimizer(): return import_extra('torch_optimizer', 'lamb', 'torch_optimizer_lamb')
 
 def torch_optimizer_lamb(
     wd:float=0., # Weight decay of the groups with `do_wd=True`

@@ -26,12 +26,12 @@ from .backend import (
     take_values,
     to_host,
 )
-from .checks import check_fill_value, check_labels, fill_nan_check
+from .checks import check_fill_value, check_kind, check_labels, fill_nan_check, guard_setups
 from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 
-__all__ = ['Categorify', 'register_procs', 'register_proc', 'category_map', 'freq_values', 'keep_frequent',
-           'quantile_from_counts', 'bag_width', 'buckets_of', 'learn_bucket_counts', 'vocab_values',
-           'categorify_codes']
+__all__ = ['Categorify', 'register_procs', 'register_proc', 'LazyCategoryMap', 'category_map', 'freq_values',
+           'keep_frequent', 'quantile_from_counts', 'bag_width', 'buckets_of', 'learn_bucket_counts', 'vocab_values',
+           'vocab_index', 'categorify_codes', 'operand_dtype']
 # also public, not star-exported (generic names): `fill_value`, `normalize_stats` (the Dask procs' in-memory cases)
 
 class Categorify(fatc.Categorify):
@@ -63,19 +63,39 @@ class Categorify(fatc.Categorify):
                             f"{type(to).__name__}")
         return fatc.Categorify.setups(self, to)
 
-def category_map(values:list, add_na=True) -> CategoryMap:
-    """A fastai `CategoryMap` from values already unique and ordered (its own `__init__` loops over the column in
-    Python)."""
-    res = CategoryMap.__new__(CategoryMap)
-    res.items = L(['#na#', *values] if add_na else list(values))
-    o2i = {v:i for i,v in enumerate(res.items)}
-    res.o2i = defaultdict(int, o2i) if add_na else o2i
-    return res
+class LazyCategoryMap(CategoryMap):
+    """fastai's `CategoryMap` (`items`, and `o2i`: a `defaultdict(int)` with `add_na`, else a dict) whose `o2i` is built
+    when first read: a dict of every value costs seconds for millions of them, and training from packed codes never
+    reads it. It pickles and copies as fastai's own `CategoryMap` (its `o2i` built then), so an export holds nothing of
+    this class. `index(a, b)` is `items[a:b]` as the pandas Index that encoding looks values up in, built once."""
+    def __init__(self, items:list, add_na:bool, indexes:dict|None=None):
+        self.items, self.add_na, self._indexes = L(items), add_na, dict(indexes or {})
+
+    @functools.cached_property
+    def o2i(self) -> dict:
+        pairs = zip(self.items, range(len(self.items)))
+        return defaultdict(int, pairs) if self.add_na else dict(pairs)
+
+    def index(self, a:int, b:int) -> pd.Index:
+        made = self.__dict__.setdefault('_indexes', {})
+        if (a, b) not in made: made[a, b] = pd.CategoricalDtype(self.items[a:b]).categories
+        return made[a, b]
+
+    def __reduce_ex__(self, protocol):
+        "A plain `CategoryMap` with fastai's two attributes (pickle refuses `copyreg.__newobj__` of another class)."
+        return object.__new__, (CategoryMap,), {'items': self.items, 'o2i': self.o2i}
+
+def category_map(values:list, add_na=True, index:pd.Index|None=None) -> CategoryMap:
+    """A fastai `CategoryMap` (a `LazyCategoryMap`) from values already unique and ordered (fastai's own `__init__`
+    loops over the column in Python); `index`, the Index of its first `len(index)` values if at hand, is kept."""
+    k = int(add_na)
+    return LazyCategoryMap(['#na#', *values] if add_na else list(values), add_na,
+                           None if index is None else {(k, k + len(index)): index})
 
 def _cat_values(col, strict=False) -> list:
     "fastai's vocabulary order: a categorical's categories as they are, else the sorted distinct values."
     if type(col.dtype).__name__ != 'CategoricalDtype': return sorted_uniques(col)   # pandas' or cuDF's
-    cats = list(to_host(col.cat.categories))
+    cats = to_host(col.cat.categories).tolist()   # Python values, as iterating gives them, made in C
     if not strict: return cats
     present = set(to_host(col.dropna().drop_duplicates()))
     return [c for c in cats if c in present]
@@ -122,14 +142,6 @@ def bag_width(hist, name:str, max_bag:int|None=None) -> int:
                       "pass Categorify(max_bag=...) to change", stacklevel=2)
     return min(max_bag, longest)
 
-def _reraise_attribute_errors(f):
-    "fasttransform's `Transform.setup` swallows AttributeError: re-raise it as an error the user sees."
-    @functools.wraps(f)
-    def _inner(self, to):
-        try: return f(self, to)
-        except AttributeError as e: raise RuntimeError(f"{type(self).__name__}.setups failed: {e}") from e
-    return _inner
-
 # --- Categorify ---------------------------------------------------------------------------------------------------
 def buckets_of(proc, n) -> int:
     "Out-of-vocabulary buckets `proc` (a set-up Categorify) gave column `n` (its `bucket_counts`; fastai's has none)."
@@ -152,10 +164,18 @@ def vocab_values(proc, n) -> list:
     items = proc.classes[n].items
     return items[1:len(items) - buckets_of(proc, n)]
 
+def vocab_index(proc, n):
+    "Column `n`'s `vocab_values` as the index `encode_codes` looks values up in (built once for a `LazyCategoryMap`)."
+    cm = proc.classes[n]
+    stop = len(cm.items) - buckets_of(proc, n)
+    return cm.index(1, stop) if isinstance(cm, LazyCategoryMap) else pd.CategoricalDtype(cm.items[1:stop]).categories
+
 def categorify_codes(proc, n, col, vocab=None):
-    "Categorify's codes of `col` (column `n`): its vocabulary's (`vocab`, default `vocab_values`), then its buckets."
+    """Categorify's codes of `col` (column `n`): its vocabulary's (`vocab`, default `vocab_values`), then its buckets;
+    a warning first if `col` holds another kind of value than the vocabulary (`check_kind`)."""
     nb = buckets_of(proc, n)
-    codes = encode_codes(col, vocab_values(proc, n) if vocab is None else vocab, add=1)
+    check_kind(n, col, proc.classes[n].items[1:2] if len(proc.classes[n]) > nb + 1 else [], nb)
+    codes = encode_codes(col, vocab_index(proc, n) if vocab is None else vocab, add=1)
     return oov_buckets(codes, col, len(proc.classes[n]) - nb, nb, proc.seed) if nb else codes
 
 def _categorify_setups(self, to):
@@ -173,10 +193,14 @@ def _categorify_setups(self, to):
         # a category column's vocab is its categories (from all rows, for fastai's df_shrink cast); frequencies
         # (min_freq, max_vocab) are counted on the training rows
         # a hashed column (HashBucket, HashedCross) keeps all its buckets: its codes are bucket + 1
-        values = freq_values(col, mf, mv) if (mf or mv) and not is_bucket_dtype(col.dtype) else _cat_values(col)
+        cut = (mf or mv) and not is_bucket_dtype(col.dtype)
+        values = freq_values(col, mf, mv) if cut else _cat_values(col)
         # pandas holds a bool column with missing values as Python objects: fastai's vocab has `bool`, not `np.bool_`
         if n not in to.multi_hot and holds_py_bools(to.full_items[n]): values = [bool(v) for v in values]
-        self.classes[n] = category_map(values + bucket_labels(buckets_of(self, n)))
+        # a pandas categorical's categories are its vocab, as an Index at hand: encoding finds them equal, no lookup
+        same = not cut and not is_cudf(col) and type(col.dtype).__name__ == 'CategoricalDtype'
+        self.classes[n] = category_map(values + bucket_labels(buckets_of(self, n)),
+                                       index=col.cat.categories if same else None)
 
 def _categorify_encodes(self, to):
     # multi-hot columns keep their values in the frame: their codes are packed (a padded block) with the tensors
@@ -233,7 +257,7 @@ def _normalize_setups(self, to):
     self.means,self.stds = normalize_stats(to.train.items[list(to.cont_names)])
     return self(to)
 
-def _operand_dtype(d:dict) -> np.dtype:
+def operand_dtype(d:dict) -> np.dtype:
     "The dtype of the Series pandas makes of a means (stds) dict in fastai's `conts - means`: float32 only if all are."
     return pd.Series(list(d.values())).dtype if d else np.dtype('float64')
 
@@ -246,13 +270,13 @@ def _arith(col, op, v, dt):
     return op(col if col.dtype == t else col.astype(t), t.type(dt.type(v)))
 
 def _normalize_encodes(self, to):
-    mt,st = _operand_dtype(self.means),_operand_dtype(self.stds)
+    mt,st = operand_dtype(self.means),operand_dtype(self.stds)
     for n in to.cont_names:
         to.set_col(n, _arith(_arith(to.items[n], operator.sub, self.means[n], mt), operator.truediv, self.stds[n], st))
     return to
 
 def _normalize_decodes(self, to):
-    mt,st = _operand_dtype(self.means),_operand_dtype(self.stds)
+    mt,st = operand_dtype(self.means),operand_dtype(self.stds)
     for n in to.cont_names:
         to.set_col(n, _arith(_arith(to.items[n], operator.mul, self.stds[n], st), operator.add, self.means[n], mt))
     return to
@@ -285,7 +309,7 @@ def register_proc(proc:type, name:str, f:Callable, cls:type) -> None:
     def method(self, to): return f(self, to)
     method.__name__, method.__qualname__ = name, f'{proc.__name__}.{name}'
     method.__annotations__ = {'to': cls}
-    proc(_reraise_attribute_errors(method) if name == 'setups' else method)
+    proc(guard_setups(method) if name == 'setups' else method)
 
 def register_procs(cls:type) -> None:
     "Make fastai's own procs compute on `cls` frames (cuDF or pandas); learned state keeps fastai's names and types."

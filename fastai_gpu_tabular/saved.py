@@ -7,7 +7,6 @@ Linux it maps the rows files' pages (their headers are padded for that) rather t
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import io
 import json
@@ -30,13 +29,12 @@ from fastai.data.block import TransformBlock
 from fastai.data.transforms import Categorize, CategoryMap, EncodedMultiCategorize, Normalize, RegressionSetup
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
-from fastcore.foundation import L
 
-from .backend import frame_device, frame_of_tensors, is_dask, to_backend
+from .backend import frame_device, frame_of_tensors, is_dask, to_backend, to_host
 from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross
 from .pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
-from .procs import Categorify
+from .procs import Categorify, LazyCategoryMap
 from .progress import progress_rows
 from .stream import PackedChunks
 from .target import TargetEncode
@@ -114,25 +112,18 @@ def _enc_dict(d:dict, where:str) -> dict:
     return {'keys': list(d), **encode_values(list(d.values()), where)}
 def _dec_dict(d:dict) -> dict: return dict(zip(d['keys'], decode_values(d), strict=True))
 
-class SavedCategoryMap(CategoryMap):
-    """A loaded fastai `CategoryMap`: the same `items`, and the same `o2i` (a `defaultdict(int)` with `add_na`), built
-    on first use: training from the packed codes needs none, and building it for millions of values takes seconds."""
-    def __init__(self, items:list, add_na:bool): self.items,self.add_na = L(items),add_na
-    @functools.cached_property
-    def o2i(self) -> dict:
-        pairs = zip(self.items, range(len(self.items)))
-        return defaultdict(int, pairs) if self.add_na else dict(pairs)
+SavedCategoryMap = LazyCategoryMap   # a loaded vocabulary (the name that earlier pickles hold)
 
 def _enc_map(cm:CategoryMap, where:str) -> dict:
     "A fastai `CategoryMap`: with `#na#` first (and unknown values mapping to it) or not, and its values."
-    na = cm.add_na if isinstance(cm, SavedCategoryMap) else isinstance(cm.o2i, defaultdict)
+    na = cm.add_na if isinstance(cm, LazyCategoryMap) else isinstance(cm.o2i, defaultdict)
     items = list(cm.items)
     if na and (not items or items[0] != '#na#'): raise TypeError(f"{where} maps unknown values but has no '#na#' first")
     return {'na': na, **encode_values(items[1:] if na else items, where)}
 def _dec_map(d:dict) -> CategoryMap:
     "The `CategoryMap` `_enc_map` wrote (one copy of a big vocabulary at most: it takes seconds for millions)."
     na, items = bool(d['na']), decode_values(d, copy=False)
-    return SavedCategoryMap(['#na#', *items] if na else items, na)
+    return LazyCategoryMap(['#na#', *items] if na else items, na)
 
 # --- procs ------------------------------------------------------------------------------------------------------------
 _SAVERS = {}
@@ -142,6 +133,10 @@ def register_saved_proc(cls:type, state:Callable, restore:Callable) -> None:
     of plain values (names, numbers, `encode_values`); `restore(state)` makes the proc back from it, running no code of
     the file. Loading looks the type up by the name saved, in these registrations only."""
     _SAVERS[f'{cls.__module__}.{cls.__qualname__}'] = (cls, state, restore)
+
+def saved_proc_types() -> list:
+    "The proc classes a saved Tabular holds: those `register_saved_proc` registered."
+    return [c for c,_,_ in _SAVERS.values()]
 
 def _need(p, *attrs):
     missing = [a for a in attrs if not hasattr(p, a)]
@@ -281,7 +276,7 @@ def _proc_state(p) -> dict:
     name = f'{type(p).__module__}.{type(p).__qualname__}'
     if name not in _SAVERS:
         raise TypeError(f"proc {type(p).__name__} ({name}) has no saved form: a saved Tabular holds "
-                        f"{', '.join(c.__name__ for c,_,_ in _SAVERS.values())} (see `register_saved_proc`)")
+                        f"{', '.join(c.__name__ for c in saved_proc_types())} (see `register_saved_proc`)")
     return {'type': name, 'state': _SAVERS[name][1](p)}
 
 def _restore_proc(d:dict):
@@ -327,6 +322,9 @@ def _write_text(path:Path, text:str) -> dict:
     return {'bytes': len(b), 'sha256': hashlib.sha256(b).hexdigest()}
 
 def _check_size(path:Path, entry:dict):
+    # a link's target can be any file, and can change under a loaded Tabular's mapped rows: its own files only
+    if path.is_symlink(): raise SavedFormatError(f"{path} is a symbolic link (to {os.readlink(path)}): a saved "
+                                                 "Tabular's files must be its own; copy the files, not links to them")
     if not path.exists(): raise SavedFormatError(f"{path} is missing: the saved Tabular is incomplete")
     n = path.stat().st_size
     if n != entry['bytes']:
@@ -432,6 +430,7 @@ def _check_digest(path:Path, entry:dict, h, buf):
 # --- save -------------------------------------------------------------------------------------------------------------
 def _index_entry(index, path:Path, files:dict) -> dict:
     "The frame's row index: a range as its bounds, integers as `index.npy`."
+    index = to_host(index)   # a cuDF frame's stays on the device
     if isinstance(index, pd.RangeIndex): return {'start': index.start, 'stop': index.stop, 'step': index.step}
     if not pd.api.types.is_integer_dtype(index.dtype) or isinstance(index, pd.MultiIndex):
         raise TypeError(f"the frame's row index holds {index.dtype} labels: a saved Tabular holds integer row labels; "
@@ -510,6 +509,8 @@ def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
             'cat_names': list(to.cat_names), 'cont_names': list(to.cont_names), 'y_names': list(to.y_names),
             'multi_hot': dict(to.multi_hot), 'columns': columns,
             'dtypes': {c: 'object' if c in to.multi_hot else dtypes[c].name for c in columns},
+            # the training frame's float dtypes, which a later frame is cast to (a file without them: no casts)
+            'float_dtypes': _enc_dict(dict(to.float_dtypes), 'float_dtypes'),
             'index': _index_entry(pd.RangeIndex(len(to)) if dask else to.row_index, path, files),
             'layout': layout.to_json(), 'width': width,
             'procs': procs}
@@ -590,6 +591,9 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
         layout, width = Layout.from_json(meta['layout']), int(meta['width'])
         bad = [c for c,t in meta['dtypes'].items() if t != 'object' and np.dtype(t).kind not in 'biuf']
         if bad: raise ValueError(f"columns {bad} of no numeric dtype")
+        floats = _dec_dict(meta['float_dtypes']) if 'float_dtypes' in meta else {}
+        bad = [c for c,t in floats.items() if t not in ('float16', 'float32', 'float64')]
+        if bad: raise ValueError(f"float_dtypes of columns {bad} that are no float dtype")
         splits = [[(f'{k}/{f}', int(n)) for f,n in meta['splits'][k]] for k in ('train', 'valid')]
         bad = [f for s in splits for f,_ in s if not re.fullmatch(r'(train|valid)/part\.\d{5}\.npy', f)]
         if bad: raise ValueError(f"rows files {bad[:3]} not named as a save names them")
@@ -609,7 +613,7 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
     to = cls(df, procs=procs, cat_names=meta['cat_names'], cont_names=meta['cont_names'], y_names=meta['y_names'],
              y_block=TransformBlock(), do_setup=False, device=device, inplace=True, reduce_memory=False,
              multi_hot=meta['multi_hot'])
-    to.split = n_train
+    to.split, to.float_dtypes = n_train, floats
     # the packed rows as read: nothing is packed again
     released = lazy and packs_whole(to)
     to.adopt_packed(rows, layout, ReleasedFrame(list(df.columns), dict(df.dtypes), index, frame_device(df))

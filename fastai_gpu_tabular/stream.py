@@ -1,9 +1,10 @@
 """Packed rows bigger than memory: `PackedChunks` (the int32 rows of `TabularGPU.packed_rows` as `.npy` files, one a
-partition) and `StreamDataLoader`, which streams them: pieces of chunks in a new random order each epoch, read one
-piece ahead by a thread (into pinned buffers, copied to the GPU on a side stream), shuffled in a window of pieces on
-the device, every batch a slice of one gather from that window."""
+partition) and `StreamDataLoader`, which streams them: pieces of chunks in a new random order each epoch, read a
+block of pieces ahead by a thread straight into one half of a ring buffer on the device (on a GPU through pinned
+buffers, copied on a side stream) while batches are drawn from the other half, each batch one gather."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -73,26 +74,44 @@ class PackedChunks:
                 self._offsets[i] = f.tell()
         return self._offsets[i]
 
-    def read(self, i:int, a:int, b:int, out:torch.Tensor|None=None) -> torch.Tensor:
+    def read(self, i:int, a:int, b:int, out:torch.Tensor|None=None, files:dict|None=None) -> torch.Tensor:
         """Rows `a:b` of file `i` into `out` (a CPU int32 tensor, pinned or not) or a new tensor: one contiguous read
-        into the buffer, no memory map (whose pages would count against the process's memory)."""
+        into the buffer, no memory map (whose pages would count against the process's memory). `files`: the files
+        opened so far, `{i: file}`, kept open for the next reads (opening one costs as much as reading 100 rows;
+        whoever passes it closes them)."""
         out = torch.empty((b - a, self.width), dtype=torch.int32) if out is None else out[:b - a]
         buf = memoryview(out.numpy()).cast('B')
-        with open(self.path/self.files[i], 'rb', buffering=0) as f:
+        f = None if files is None else files.get(i)
+        if f is None:
+            f = open(self.path/self.files[i], 'rb', buffering=0)
+            if files is not None: files[i] = f
+        try:
             f.seek(self._offset(i) + a * self.width * 4)
             got = 0
             while got < len(buf):
                 k = f.readinto(buf[got:])
                 if not k: raise EOFError(f'{self.path/self.files[i]} ends before row {b}')
                 got += k
+        finally:
+            if files is None: f.close()
         return out
+
+    @contextlib.contextmanager
+    def open_files(self):
+        "A dict for `read(files=...)`: the files it opens are closed on leaving the `with`."
+        files = {}
+        try: yield files
+        finally:
+            for f in files.values(): f.close()
 
     def take(self, idx) -> torch.Tensor:
         "The rows at global positions `idx` (few: for a sample batch), on the host."
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         out = torch.empty((len(idx), self.width), dtype=torch.int32)
         f = np.searchsorted(self.starts, idx, side='right') - 1
-        for j,(i,r) in enumerate(zip(f, idx - self.starts[f])): self.read(int(i), int(r), int(r) + 1, out[j:j+1])
+        with self.open_files() as files:
+            for j,(i,r) in enumerate(zip(f, idx - self.starts[f])):
+                self.read(int(i), int(r), int(r) + 1, out[j:j+1], files)
         return out
 
     def load(self, device=None) -> torch.Tensor:
@@ -126,76 +145,104 @@ def _rank_slices(pieces:list, rank:int, ws:int) -> list:
         if pos >= hi: break
     return res
 
-class _Prefetch:
-    """A thread reading `slices` of `chunks` one ahead of the consumer: on a GPU into pinned host buffers, then copied
-    to the device on a side CUDA stream (the consumer's stream waits for that copy's event); on the CPU into tensors."""
-    def __init__(self, chunks:PackedChunks, slices:list, device):
-        self.chunks, self.slices, self.device = chunks, slices, torch.device(device)
-        if self.device.type == 'cuda' and self.device.index is None:   # the thread must name it
-            self.device = torch.device('cuda', torch.cuda.current_device())
-        self.q, self.stop = queue.Queue(maxsize=1), threading.Event()
+class _Blocks:
+    """A thread reading an epoch's `blocks` (runs of `(file, start, stop)` slices of `chunks`) into the two halves of
+    one ring buffer, one half filling while the consumer gathers batches from the other (`release` hands a half back).
+    On the CPU each piece is read straight into its place; on a GPU into two pinned host buffers in turn, each copied
+    to the ring on the GPU on a side CUDA stream (the consumer's stream waits for a block's copies, and the next copy
+    into a half waits for the consumer's last gather from it). Another device gets each batch moved there."""
+    def __init__(self, chunks:PackedChunks, blocks:list, device, ring:torch.Tensor|None=None):
+        self.chunks, self.blocks, self.device = chunks, blocks, torch.device(device)
+        cuda = self.device.type == 'cuda'
+        if cuda and self.device.index is None: self.device = torch.device('cuda', torch.cuda.current_device())
+        self.cap = max((sum(b - a for _,a,b in blk) for blk in blocks), default=0)   # rows of a half
+        # the last epoch's ring where it is big enough: fresh memory costs a page fault every 4 KB on the host
+        fits = ring is not None and ring.shape == (len(ring), chunks.width)
+        at = self.device if cuda else torch.device('cpu')
+        fits = fits and ring.device == at and len(ring) >= 2 * self.cap
+        self.ring = ring if fits else torch.empty((2 * self.cap, chunks.width), dtype=torch.int32, device=at)
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
+        if cuda: self.ring.record_stream(self.stream)   # written there: freed only once those copies are done
+        self.full, self.free, self.stop = queue.Queue(), queue.Queue(), threading.Event()
+        now = self._queued()   # on CUDA the first copies wait for a kept ring's last gathers too
+        for half in range(2): self.free.put((half, now))
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
-    def _put(self, item):
+    def _get(self, q):
+        "The next item of `q`, or None once closed."
         while not self.stop.is_set():
-            try: return self.q.put(item, timeout=0.1)
-            except queue.Full: pass
+            try: return q.get(timeout=0.1)
+            except queue.Empty: pass
 
     def _run(self):
         try:
-            cuda = self.device.type == 'cuda'
-            if cuda:
-                torch.cuda.set_device(self.device)
-                stream, most = torch.cuda.Stream(self.device), max((b - a for _,a,b in self.slices), default=0)
-                # two pinned buffers: one being filled from disk while the other's copy to the device runs
-                bufs = [torch.empty((most, self.chunks.width), dtype=torch.int32, pin_memory=True) for _ in range(2)]
-                done = [None, None]
-            for k,(i,a,b) in enumerate(self.slices):
-                if self.stop.is_set(): return
-                if not cuda:
-                    self._put((self.chunks.read(i, a, b), None))
-                    continue
-                if done[k % 2] is not None: done[k % 2].synchronize()   # its last copy has left the buffer
-                host = self.chunks.read(i, a, b, bufs[k % 2])
-                with torch.cuda.stream(stream):
-                    dev = host.to(self.device, non_blocking=True)
-                    done[k % 2] = torch.cuda.Event()
-                    done[k % 2].record(stream)
-                self._put((dev, done[k % 2]))
-            self._put(None)
-        except BaseException as e: self._put(e)
+            with self.chunks.open_files() as files: self._read(files)
+        except BaseException as e: self.full.put(e)
+
+    def _read(self, files:dict):
+        "Each block into a free half of the ring; then None (the end)."
+        cuda = self.stream is not None
+        if cuda:
+            torch.cuda.set_device(self.device)
+            most = max((b - a for blk in self.blocks for _,a,b in blk), default=0)
+            stage = [torch.empty((most, self.chunks.width), dtype=torch.int32, pin_memory=True) for _ in range(2)]
+            done, k = [None, None], 0
+        for blk in self.blocks:
+            got = self._get(self.free)
+            if got is None: return
+            half, ev = got
+            at = half * self.cap
+            if ev is not None: self.stream.wait_event(ev)   # the consumer's last gather from this half
+            for i,a,b in blk:
+                if not cuda: self.chunks.read(i, a, b, self.ring[at:at + b - a], files)
+                else:
+                    if done[k % 2] is not None: done[k % 2].synchronize()   # its last copy has left the buffer
+                    host = self.chunks.read(i, a, b, stage[k % 2], files)
+                    with torch.cuda.stream(self.stream):
+                        self.ring[at:at + b - a].copy_(host, non_blocking=True)
+                        done[k % 2] = self.stream.record_event()
+                    k += 1
+                at += b - a
+            self.full.put((half, at - half * self.cap, self.stream.record_event() if cuda else None))
+        self.full.put(None)
 
     def __iter__(self):
-        try:
-            while True:
-                item = self.q.get()
-                if item is None: return
-                if isinstance(item, BaseException): raise item
-                rows, ev = item
-                if ev is not None:
-                    s = torch.cuda.current_stream(self.device)
-                    s.wait_event(ev)
-                    rows.record_stream(s)   # allocated on the side stream, used on this one
-                yield rows
-        finally: self.close()
+        "`(half, rows)` of each block once it is in the ring."
+        while True:
+            item = self._get(self.full)
+            if item is None: return
+            if isinstance(item, BaseException): raise item
+            half, n, ev = item
+            if ev is not None: torch.cuda.current_stream(self.device).wait_event(ev)
+            yield half, n
+
+    def _queued(self):
+        "An event after the work queued so far on the consumer's CUDA stream (None elsewhere: a gather there is done)."
+        return None if self.stream is None else torch.cuda.current_stream(self.device).record_event()
+
+    def release(self, half:int):
+        "Hand `half` back for the next block, once the gathers queued so far have read it."
+        self.free.put((half, self._queued()))
 
     def close(self):
         self.stop.set()
         self.thread.join()
+        if self.stream is not None: self.stream.synchronize()   # no copy into the ring may outlive its epoch
 
 @delegates(BatchDataLoader.__init__)
 class StreamDataLoader(BatchDataLoader):
     """A `BatchDataLoader` over `PackedChunks` (a `TabularDask` subset's, or given): the rows stream from disk, never
-    all in memory. Each epoch the chunks' pieces are read in a new random order, `window` pieces are shuffled on the
-    device, and each piece read in replaces as many rows drawn at random from the window. Under torch.distributed
-    every rank reads its own equal share of the rows, so all ranks get the same number of batches."""
+    all in memory. Each epoch the chunks' pieces are read in a new random order, a block of `window` pieces at a time,
+    into one half of a ring buffer on the device while the batches come from the other: each block's rows are served
+    in a random order, a batch at a time, each batch one gather. Under torch.distributed every rank reads its own
+    equal share of the rows, so all ranks get the same number of batches."""
     shards_by_rank = True   # a distributed wrapper must not wrap this loader: it already takes its rank's share
 
     def __init__(self, dataset, bs=64, shuffle=False,
-                 window:int=32, # pieces shuffled together on the device: the more, the better mixed
+                 window:int=32, # pieces a block, shuffled together on the device: the more, the better mixed
                  piece_rows:int|None=None, # rows read at a time (default: from `memory_budget`)
-                 memory_budget:int|str|None=None, # bytes the window and read-ahead may take (default: 1/4 of free)
+                 memory_budget:int|str|None=None, # bytes the two blocks and read-ahead may take (default: 1/4 free)
                  seed:int|None=None, # seed of the piece order (default: drawn from torch's generator each epoch)
                  shard:bool|None=None, # take this rank's share under torch.distributed (default: when shuffling)
                  **kwargs):
@@ -210,10 +257,10 @@ class StreamDataLoader(BatchDataLoader):
 
     @property
     def piece_rows(self) -> int:
-        "Rows read at a time: the window, the piece being read and the one being drawn from fit in `memory_budget`."
+        "Rows read at a time: two blocks of `window` pieces and two pieces' pinned buffers fit in `memory_budget`."
         if self._piece_rows: return int(self._piece_rows)
         budget = self.memory_budget or free_memory(self.device or 'cpu', 0.25)
-        return max(budget // ((self.window + 4) * self.chunks.width * 4), 1024)
+        return max(budget // ((2 * self.window + 2) * self.chunks.width * 4), 1024)
 
     def to(self, device):
         "Nothing moves: the rows go to `device` a piece at a time."
@@ -257,60 +304,59 @@ class StreamDataLoader(BatchDataLoader):
         rank, ws = self._sharded()
         return _rank_slices(pieces, rank, ws)
 
-    def _shuffled(self, pieces):
-        """Rows of `pieces` in random order through a window of `self.window` pieces: once it is full, each piece read
-        in takes the places of as many rows drawn from it (the next run of one permutation of the window, so no row is
-        drawn twice), which go out as one gather."""
-        it, buf = iter(pieces), []
-        for p in it:
-            buf.append(p)
-            if len(buf) == self.window: break
-        if not buf: return
-        buf = torch.cat(buf) if len(buf) > 1 else buf[0]
-        dev = buf.device
-        perm, cur = torch.randperm(len(buf), device=dev), 0
-        for p in it:
-            if len(p) >= len(buf):   # a piece bigger than the window: flush the window, the piece becomes it
-                yield buf[perm]
-                buf, perm, cur = p, torch.randperm(len(p), device=dev), 0
-                continue
-            if cur + len(p) > len(buf): perm, cur = torch.randperm(len(buf), device=dev), 0
-            pos = perm[cur:cur + len(p)]
-            cur += len(p)
-            out = buf.index_select(0, pos)
-            buf.index_copy_(0, pos, p)
-            yield out
-        yield buf[torch.randperm(len(buf), device=dev)]
+    def _blocks(self, slices:list) -> list:
+        """This epoch's slices in runs, the blocks the ring holds: `window` pieces each when shuffling (one otherwise),
+        and at least `bs` rows but the last, so that a batch never needs rows of more than two blocks."""
+        per, res, cur, n = self.window if self.shuffle else 1, [], [], 0
+        for sl in slices:
+            cur.append(sl)
+            n += sl[2] - sl[1]
+            if len(cur) >= per and n >= self.bs: res, cur, n = res + [cur], [], 0
+        return res + [cur] if cur else res
 
-    def _batches(self, runs):
-        "Runs of rows cut into batches of `bs`: slices of a run, or the pieces of several runs joined once."
-        parts, have = [], 0
-        for r in runs:
-            while len(r):
-                if not parts and len(r) >= self.bs:   # whole batches inside the run: views, no copy
-                    full = len(r) - len(r) % self.bs
-                    for i in range(0, full, self.bs): yield r[i:i + self.bs]
-                    r = r[full:]
-                    continue
-                k = min(self.bs - have, len(r))
-                parts.append(r[:k])
-                have, r = have + k, r[k:]
-                if have == self.bs:
-                    yield torch.cat(parts)
-                    parts, have = [], 0
-        if parts and not self.drop_last: yield torch.cat(parts)
+    def _batches(self, blocks:_Blocks):
+        """Each block's rows in a random order (in order without shuffling), `bs` at a time as one gather from the
+        ring: a batch that starts in one block ends in the next, whose rows are already in the other half."""
+        ring, left, held = blocks.ring, None, []   # left: positions in the ring not yet served
+        if ring.is_cuda:
+            dev = ring.device
+            order = lambda n: torch.randperm(n, device=dev) if self.shuffle else torch.arange(n, device=dev)
+            join, gather = torch.cat, lambda idx: ring.index_select(0, idx)
+        else:   # the host's ring (a device besides CUDA gets each batch moved there)
+            # in NumPy, on this thread alone: torch's randperm and index_select on the CPU run on its OpenMP team,
+            # whose threads then spin on the cores the reader thread needs (0.6x of the resident loader on 2 cores);
+            # torch's generator seeds the order, so that torch.manual_seed still fixes it
+            src = ring.numpy()
+            rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)))) if self.shuffle else None
+            order = lambda n: rng.permutation(n) if self.shuffle else np.arange(n)
+            join, gather = np.concatenate, lambda idx: torch.from_numpy(np.take(src, idx, axis=0)).to(blocks.device)
+        for half, n in blocks:
+            pos = order(n) + half * blocks.cap
+            held.append(half)
+            if left is not None:
+                k = self.bs - len(left)
+                pos, left = pos[k:], join([left, pos[:k]])
+                if len(left) < self.bs: continue   # the last block, and too short: the epoch's last rows
+                yield gather(left)
+                blocks.release(held.pop(0))
+                left = None
+            full = len(pos) - len(pos) % self.bs
+            for i in range(0, full, self.bs): yield gather(pos[i:i + self.bs])
+            if full < len(pos): left = pos[full:]
+            else: blocks.release(held.pop())
+        if left is not None and not self.drop_last: yield gather(left)
 
     def _stream(self):
         if 'get_idxs' in self.__dict__:   # fastai's get_preds(reorder=True) pins the order get_idxs gave: in order
             idxs = torch.as_tensor(self.get_idxs())
             if self.shuffle or not torch.equal(idxs, torch.arange(len(idxs))) or len(idxs) != len(self.chunks):
                 raise NotImplementedError("a StreamDataLoader reads rows in its own order: get_idxs cannot change it")
-        slices = self._slices()
+        blocks = self._blocks(self._slices())
         self.epoch += 1
-        reader = _Prefetch(self.chunks, slices, self.device or 'cpu')
+        reader = _Blocks(self.chunks, blocks, self.device or 'cpu', getattr(self, '_ring', None))
+        self._ring = reader.ring   # kept for the next epoch
         try:
-            runs = self._shuffled(reader) if self.shuffle else reader
-            for b in self._batches(runs): yield unpack_rows(b, self.chunks.layout)
+            for b in self._batches(reader): yield unpack_rows(b, self.chunks.layout)
         finally: reader.close()
 
     def create_batches(self, samps): return self._stream()

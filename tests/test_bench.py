@@ -1,4 +1,5 @@
 "The bench end to end at tiny N: each contender runs, the JSON has its schema, the chart exists; no timing asserted."
+import argparse
 import json
 import math
 import subprocess
@@ -42,11 +43,13 @@ def test_every_contender_ran(bench):
         c = cs[name]
         assert c['status'] == 'ok', c.get('reason')
         assert c['loader_type'] == loader and c['rows'] == 3000 and c['n_train'] + c['n_valid'] == 3000
-        for k in ('preprocess_s', 'dataloaders_s', 'peak_rss_mb', 'baseline_rss_mb', 'train_rows_per_s', 'valid_auc'):
+        for k in ('preprocess_s', 'dataloaders_s', 'preprocess_cpu_s', 'dataloaders_cpu_s', 'peak_rss_mb',
+                  'baseline_rss_mb', 'train_rows_per_s', 'valid_auc'):
             assert isinstance(c[k], float) and math.isfinite(c[k]) and c[k] > 0, (name, k, c[k])
         assert sorted(c['loader_rows_per_s'], key=int) == BS and all(v > 0 for v in c['loader_rows_per_s'].values())
         assert set(c['rss_phases_mb']) == {'load', 'preprocess', 'dataloaders', 'loader', 'train'}
-        assert c['peak_gpu_mb'] is None and len(c['preprocess_s_all']) == 2   # a CPU run, two builds
+        assert c['peak_gpu_mb'] is None and len(c['preprocess_s_all']) == len(c['preprocess_cpu_s_all']) == 2
+        assert c['preprocess_cpu_s'] == min(c['preprocess_cpu_s_all'])   # a CPU run, two builds: the least CPU
     assert set(cs['gpu_pandas']['gather_bandwidth']) == set(BS)
     # the packed loader yields what fastai's ReadTabBatch does: (cats, conts, y), one row per sample
     assert [b[0][0] for b in cs['gpu_pandas']['batch']] == [b[0][0] for b in cs['stock_shuffle']['batch']]
@@ -66,11 +69,14 @@ def test_ratios(bench):
         assert 'gpu_pandas' in vs
         if not cudf_available(): assert 'gpu_cudf' not in vs
         r = vs['gpu_pandas']
-        for k in ('preprocess_speedup', 'preprocess_total_speedup', 'train_speedup', 'peak_rss_ratio'): assert r[k] > 0
+        for k in ('preprocess_speedup', 'preprocess_total_speedup', 'preprocess_total_cpu_speedup', 'train_speedup',
+                  'peak_rss_ratio'): assert r[k] > 0
         assert sorted(r['loader_speedup'], key=int) == BS
     nums = _numbers(res['ratios']) + _numbers(res['curve_growth'])
     assert nums and all(math.isfinite(x) for x in nums)
     assert all(t['value'] is None or math.isfinite(t['value']) for t in res['targets'])
+    etl = [t for t in res['targets'] if 'CPU time' in t['name']]
+    assert len(etl) == 1 and etl[0]['contender'] == 'gpu_pandas' and etl[0]['target'] == 1.5 and etl[0]['value'] > 0
 
 def test_curve(bench):
     _, res = bench
@@ -92,6 +98,15 @@ def test_import_is_light():
     code = 'import sys, fastai_gpu_tabular.bench; print(sorted({"torch", "fastai", "cudf"} & set(sys.modules)))'
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == '[]'
+
+def test_cudf_contenders_skip_without_a_process(monkeypatch, tmp_path):
+    "On the CPU, or where cuDF is not installed, the cuDF contenders skip, saying why, and start no process."
+    from fastai_gpu_tabular.bench import contenders as C
+    monkeypatch.setattr(C, 'run_child', lambda *a, **k: pytest.fail('a process was started'))
+    opts = argparse.Namespace(device='cpu', no_train=False)
+    for name in ('gpu_cudf', 'stock_cudf_pandas', 'gpu_cudf_rmm'):
+        c = C._spawn(name, opts, tmp_path/'data.parquet')
+        assert c['status'] == 'skipped' and c['reason'] in ('cuDF is not installed', 'cuDF needs a GPU: --device cuda')
 
 def test_bad_contender():
     with pytest.raises(SystemExit, match='unknown contender'): main(['--contenders', 'stock_nope'])

@@ -86,7 +86,9 @@ def test_normalize_bits_synthetic(conts, reduce_memory):
                       splits=RandomSplitter(valid_pct=0.25, seed=2)(range_of(df)))
     assert_same_conts(ref, ours)
     new = df.sample(frac=0.3, random_state=3)   # test rows: the same rule, through `new` and `process`
-    r, o = ref.new(new.copy()), ours.new(new.copy())
+    # our `new` casts the floats to the training frame's dtypes (fastai's keeps the float64 its shrink made float32 for
+    # training: a deliberate difference, see README): fastai given the frame cast so is the reference
+    r, o = ref.new(new.astype(ours.float_dtypes)), ours.new(new.copy())
     r.process(); o.process()
     assert_same_conts(r, o)
 

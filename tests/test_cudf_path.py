@@ -1,7 +1,10 @@
 """The cuDF path: each fix of the source review against what pandas or fastai give on the same data, the
 no-sync hot path, and the processed frame released once packed. `backend` tests run on pandas here and on cuDF too
 where CUDA and cuDF are; `gpu` tests need both; the rest check, on pandas, the logic the cuDF path shares."""
+import json
 import pickle
+import subprocess
+import sys
 import warnings
 import numpy as np
 import pandas as pd
@@ -312,15 +315,17 @@ def test_training_epoch_reads_no_tensor_on_the_host(monkeypatch):
 
 @pytest.mark.cudf
 def test_construction_moves_only_learned_state_to_host(monkeypatch):
-    """`TabularGPU(cudf frame)` + `dataloaders()`: every cuDF column brought to the host (to_pandas, to_arrow, to_numpy,
-    values_host of any column class, cupy.asnumpy) is learned state, no longer than the largest vocabulary; and the
-    torch-side syncs (`set_sync_debug_mode('warn')`) are as many for 40,000 rows as for 20,000: none per row, or chunk.
-    (cuDF's own syncs are not torch's: the first check is what covers them.)"""
+    """`TabularGPU(cudf frame)` + `dataloaders()`: everything cuDF brings to the host through its public API
+    (`to_pandas`, `to_arrow`, `to_numpy`, `values_host` of a DataFrame, Series or Index of any kind, `cupy.asnumpy`) is
+    learned state, no longer than the largest vocabulary; and the torch-side syncs (`set_sync_debug_mode('warn')`) are
+    as many for 40,000 rows as for 20,000: none per row, or chunk. (cuDF's own syncs are not torch's: the first check
+    is what covers them.)"""
+    import inspect
+    import cudf
     import cupy
-    from cudf.core.column.column import ColumnBase
     moved = []
     def watch(cls, name):
-        orig = cls.__dict__[name]
+        orig = inspect.getattr_static(cls, name)
         if isinstance(orig, property):
             monkeypatch.setattr(cls, name, property(lambda self: (moved.append(len(self)), orig.fget(self))[1]))
         else:
@@ -328,14 +333,11 @@ def test_construction_moves_only_learned_state_to_host(monkeypatch):
                 moved.append(len(self))
                 return orig(self, *a, **k)
             monkeypatch.setattr(cls, name, f)
-    todo, seen = [ColumnBase], set()
-    while todo:
-        cls = todo.pop()
-        if cls in seen: continue
-        seen.add(cls)
-        todo += cls.__subclasses__()
+    # cuDF's public classes (values_host: gone in cuDF 26.10); each patched on itself, whichever class defines it
+    for cls in (cudf.DataFrame, cudf.Series, cudf.Index, cudf.RangeIndex, cudf.CategoricalIndex, cudf.DatetimeIndex,
+                cudf.TimedeltaIndex, cudf.IntervalIndex, cudf.MultiIndex):
         for name in ('to_pandas', 'to_arrow', 'to_numpy', 'values_host'):
-            if name in cls.__dict__: watch(cls, name)
+            if hasattr(cls, name): watch(cls, name)
     asnumpy = cupy.asnumpy
     monkeypatch.setattr(cupy, 'asnumpy', lambda a, *args, **kw: (moved.append(a.size), asnumpy(a, *args, **kw))[1])
     df, syncs = flights(40_000), {}
@@ -402,6 +404,49 @@ def test_dataloaders_release_the_frame(backend):
     assert torch.equal(dls.valid.one_batch()[0], kept.dataloaders(bs=256).valid.one_batch()[0])
     back = pickle.loads(pickle.dumps(dls.valid_ds))
     pd.testing.assert_frame_equal(to_pandas(back.items), to_pandas(kept.valid.items), rtol=1e-6, atol=1e-6)
+
+_DEVICE_BYTES = """
+import gc, json
+import rmm.statistics
+rmm.statistics.enable_statistics()   # before cuDF allocates anything: every RMM allocation is counted
+import torch
+from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, range_of
+from fastai_gpu_tabular.all import TabularGPU
+from fastai_gpu_tabular.backend import to_backend
+from fastai_gpu_tabular.datasets import load_flights
+def allocated():
+    "Bytes in use on the device: torch's tensors, and RMM's (cuDF's columns; CuPy allocates from RMM under cuDF)."
+    gc.collect(); torch.cuda.synchronize()
+    return torch.cuda.memory_allocated() + rmm.statistics.get_statistics().current_bytes
+df = load_flights(nrows=150_000)
+df['jfk'] = df.origin == 'JFK'
+kw = dict(procs=[Categorify, FillMissing, Normalize],
+          cat_names=['carrier', 'tailnum', 'origin', 'dest', 'month', 'hour'],
+          cont_names=['dep_time', 'sched_dep_time', 'dep_delay', 'arr_time', 'sched_arr_time', 'arr_delay', 'air_time',
+                      'distance', 'minute', 'day'], y_names='jfk', splits=RandomSplitter(seed=0)(range_of(df)))
+base, out = allocated(), {}
+for keep in (False, True):
+    gdf = to_backend(df, 'cudf')
+    to = TabularGPU(gdf, **kw)
+    dls = to.dataloaders(bs=1024, keep_frame=keep)
+    del gdf   # the caller's frame is the caller's: what is left is what the Tabular and its loaders hold
+    rows = to.packed_rows()[0]
+    out[keep] = dict(held=allocated() - base, packed=rows.numel() * rows.element_size(), device=str(rows.device))
+    del to, dls, rows
+print(json.dumps(out))
+"""
+
+@pytest.mark.cudf
+def test_device_memory_after_dataloaders():
+    """On cuDF, what `dataloaders()` leaves on the device (torch's and RMM's allocations, in a fresh process whose RMM
+    counts from the start) is the packed rows and the row index: within the bench's 1.2x of the packed rows (as the
+    host count of test_dataloaders_release_the_frame), where keeping the frame holds more."""
+    res = subprocess.run([sys.executable, '-c', _DEVICE_BYTES], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(res.stdout.strip().splitlines()[-1])
+    released, kept = r['false'], r['true']
+    assert released['device'].startswith('cuda') and released['packed'] == kept['packed'] > 10 * 2**20
+    assert released['held'] <= 1.2 * released['packed'] < kept['held']
 
 def test_release_keeps_what_packing_changes(backend):
     "Multi-hot lists (packed as codes) and integer conts (no Normalize: float32 would round large ones) keep the frame."

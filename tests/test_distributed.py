@@ -3,8 +3,10 @@ by torchrun on a free port with a time limit, which save what they saw; the test
 Run as a script, this file is the ranks' program."""
 import contextlib
 import io
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -26,6 +28,7 @@ from fastai.tabular.all import Categorify, FillMissing, Normalize, tabular_confi
 from fastai.torch_core import noop, rank_distrib, set_seed
 from fastai_gpu_tabular import core
 from fastai_gpu_tabular.all import AUC, DistributedBatchDL, Lamb, TabularGPU, shard_layout, shard_span, tabular_learner
+from fastai_gpu_tabular.bench.ddp import rank_epochs
 from fastai_gpu_tabular.datasets import load_adult
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']
@@ -34,6 +37,8 @@ CONTS = ['age', 'fnlwgt', 'educational-num', 'capital-gain', 'capital-loss', 'ho
 N_VALID, BS, VAL_BS, BS_SPARSE = 9767, 1024, 257, 512
 SPARSE = {'sparse_lamb': dict(sparse=True, opt_func=Lamb), 'fused_adam': dict(sparse=True, fused=True, emb_szs=8)}
 TIMEOUT = 600   # seconds for the whole 2-rank run (a shared, loaded 2-core machine); nothing waits longer
+# the ddp bench suite at a tiny size (`bench.ddp.rank_epochs`' arguments): its ranks run in this file's rank program
+BENCH = dict(rows=5000, bs=512, device='cpu', contenders=['ours', 'fastai'], epochs=1, warmup=0, max_s=120., threads=1)
 
 # --- the data and learners, built alike by the ranks and by the single-process references ---------------------------
 def frame():
@@ -139,6 +144,8 @@ def rank_main(out):
         with learn.distrib_ctx(**ctx): learn.fit(1, 1e-2)
         res[kind]['step64'] = dict(init=init, state=state(learn))
     res['stream'] = stream_run(df, splits, ctx)
+    # the ddp bench suite's ranks at a tiny size, in this process group (test_ddp_bench_suite_small)
+    rank_epochs(json.dumps(BENCH), out/'bench')
     torch.save(res, out/f'rank{rank_distrib()}.pt')
 
 def stream_run(df, splits, ctx):
@@ -211,7 +218,7 @@ def test_wrapper_shards_the_loader(adult):
     with torch.no_grad(): parts = [list(w) for w in ws]
     assert [len(p) for p in parts] == [len(ws[0])] * 2 == [N_VALID // (2 * VAL_BS)] * 2
     order = torch.cat([torch.cat([parts[r][b][1][:, 0] for r in range(2)]) for b in range(len(parts[0]))]).long()
-    assert torch.equal(order, torch.as_tensor(to.valid.items['rid'].values).long())
+    assert torch.equal(order.cpu(), torch.as_tensor(to.valid.items['rid'].values).long())
 
 def test_wrapper_refuses_a_step_larger_than_the_data(adult):
     *_,to = adult
@@ -360,11 +367,50 @@ def test_lr_find_and_show_batch(ranks):
         assert [len(d) for d in r['shown']] == [10, 10]
         assert all(set(CATS) <= set(d.columns) and d['workclass'].map(type).eq(str).all() for d in r['shown'])
 
-def test_ddp_bench_suite_small():
-    "The bench suite end to end at a tiny size (2 ranks, gloo): our wrapper yields what len() says; no timing asserted."
-    from fastai_gpu_tabular.bench.ddp import ddp_suite, format_table
-    res = ddp_suite(rows=[5000], bs=512, contenders=['ours', 'fastai'], epochs=1, warmup=0, timeout=TIMEOUT)
-    r = res['rows']['5000']
+def test_ddp_bench_suite_small(ranks):
+    """The ddp bench suite's ranks at a tiny size (2 ranks, gloo; run by the ranks' program, as `ddp_suite` runs them):
+    our wrapper yields what len() says; no timing asserted."""
+    from fastai_gpu_tabular.bench.ddp import format_table, rank_results
+    r = rank_results(ranks[1]/'bench', 2, BENCH['contenders'])
+    res = dict(nproc=2, bs=BENCH['bs'], contenders=dict.fromkeys(BENCH['contenders']), rows={'5000': r})
     assert r['ours']['batches'] == r['ours']['len'] == 5000 // 1024 and r['ours']['rows_per_rank'] == 5000 // 1024 * 512
     assert r['fastai']['batches'] > 0 and all(t > 0 for c in ('ours', 'fastai') for t in r[c]['rank_epoch_s'])
     assert '5,000' in format_table(res)
+
+# --- distrib_ctx on CPUs, and launchers ------------------------------------------------------------------------------
+def test_distrib_ctx_defaults_for_cpu_loaders(adult, monkeypatch):
+    """With the loaders on the CPU, `distrib_ctx()` asks accelerate for its CPU (gloo) path and no SyncBatchNorm, which
+    runs on GPUs only: fastai's defaults (no `cpu`, `sync_bn=True`) stopped at `model.device`. Given, they are kept."""
+    from fastai.learner import Learner
+    *_,to = adult
+    learn = tabular_learner(to.dataloaders(bs=BS, device='cpu'), layers=[8])
+    assert torch.device(learn.dls.device).type == 'cpu'
+    seen = []
+    monkeypatch.setattr(Learner, 'to_distributed', lambda self, sync_bn=True, **kw: seen.append((sync_bn, kw)) or self)
+    monkeypatch.setenv('WORLD_SIZE', '2')   # what fastai's distrib_ctx reads to wrap the learner
+    with learn.distrib_ctx(): pass
+    with learn.distrib_ctx(sync_bn=True, cpu=False): pass
+    assert seen == [(False, {'cpu': True}), (True, {'cpu': False})]
+
+@pytest.mark.slow
+def test_accelerate_launch_of_one_process_warns(tmp_path):
+    """`accelerate launch --num_processes 2` without `--multi_gpu` starts one process on a machine without GPUs:
+    distrib_ctx says so, and what to run instead."""
+    (tmp_path/'one.py').write_text(
+        "import warnings\nwarnings.simplefilter('always')\n"
+        "from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n"
+        "df = load_adult().iloc[:500]\n"
+        "to = TabularGPU(df, procs=[Categorify], cat_names=['workclass'], y_names='income', "
+        "splits=RandomSplitter(seed=0)(range_of(df)))\n"
+        "learn = tabular_learner(to.dataloaders(bs=64), layers=[8])\n"
+        "with learn.distrib_ctx(): pass\n")
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join([root, os.environ.get('PYTHONPATH', '')])}
+    r = subprocess.run([sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', '2',
+                        '--main_process_port', str(port), 'one.py'], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert 'distrib_ctx runs on one process' in r.stderr and '--multi_gpu' in r.stderr, r.stderr[-3000:]

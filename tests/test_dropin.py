@@ -356,7 +356,9 @@ def test_multi_label_encoded_target(df, backend, monkeypatch):
     # fastai's batch y is bool; ours float32, what its BCEWithLogitsLossFlat turns the bools into (README)
     assert b_r[2].dtype == torch.bool and b_o[2].dtype == torch.float32
     np.testing.assert_array_equal(b_o[2].cpu().numpy(), b_r[2].numpy().astype(np.float32))
-    assert ref.loss_func(b_o[2] * 4 - 2, b_r[2]) == ours.loss_func(b_o[2] * 4 - 2, b_o[2])
+    # the same logits through both losses, on the host: fastai's batch is on the CPU, ours on the loaders' device
+    x, y = b_o[2].cpu() * 4 - 2, b_o[2].cpu()
+    assert ref.loss_func(x, b_r[2]) == ours.loss_func(x, y)
     _valid(ref).show_batch(max_n=4); _valid(ours).show_batch(max_n=4)
     assert_same_values(shown[-1], shown[-2], CATS + CONTS + ys)
 

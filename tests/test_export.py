@@ -18,6 +18,7 @@ import fastai_gpu_tabular
 from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths, load_adult, load_movielens_100k, tabular_learner
 from fastai_gpu_tabular.data import BatchDataLoaders
 from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
+from fastai_gpu_tabular.extras import install_command
 
 ort = pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -139,7 +140,8 @@ def test_onnx_model_alone_takes_loader_batches(regr, tmp_path):
     path = export_onnx(learn, tmp_path/'model.onnx', procs=False)
     sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
     with learn.no_bar(): preds,_ = learn.get_preds(ds_idx=1)
-    out = [sess.run(None, {'x_cat': xc.numpy(), 'x_cont': xn.numpy()})[0] for xc,xn,_ in learn.dls.valid]
+    out = [sess.run(None, {'x_cat': xc.cpu().numpy(), 'x_cont': xn.cpu().numpy()})[0]   # batches: on the device
+           for xc,xn,_ in learn.dls.valid]
     assert learn.dls.valid.one_batch()[0].dtype == torch.int32
     np.testing.assert_allclose(np.concatenate(out), preds.numpy(), atol=1e-5, rtol=0)
 
@@ -150,11 +152,12 @@ def test_export_model_torch_export(clas, tmp_path):
     ep = export_model(learn, tmp_path/'model.pt2', batch=b)
     m = torch.export.load(tmp_path/'model.pt2').module()
     learn.model.eval()
+    h = [t.cpu() for t in b[:2]]   # the export runs on the host, whatever the loaders' device
     with torch.no_grad():
         for n in (1, 3, len(b[0])):
-            ref = torch.softmax(learn.model(b[0][:n].long(), b[1][:n]), -1)
-            torch.testing.assert_close(m(b[0][:n], b[1][:n]), ref, atol=1e-6, rtol=0)
-            torch.testing.assert_close(ep.module()(b[0][:n], b[1][:n]), ref, atol=1e-6, rtol=0)
+            ref = torch.softmax(learn.model(b[0][:n].long(), b[1][:n]), -1).cpu()
+            torch.testing.assert_close(m(h[0][:n], h[1][:n]), ref, atol=1e-6, rtol=0)
+            torch.testing.assert_close(ep.module()(h[0][:n], h[1][:n]), ref, atol=1e-6, rtol=0)
 
 def test_onnx_stock_fastai_learner(tmp_path):
     "A learner of fastai's own TabularPandas and tabular_learner exports too (Adult census, NaN in a cont and in cats)."
@@ -173,17 +176,29 @@ def test_onnx_stock_fastai_learner(tmp_path):
     out,preds,_ = _both(learn, export_onnx(learn, tmp_path/'adult.onnx'), df.iloc[7000:])
     np.testing.assert_allclose(out, preds, atol=1e-5, rtol=0)
 
-@pytest.fixture(scope='module')
-def adult(tmp_path_factory):
+def _adult(tmp_path_factory, backend):
     """A classifier on Adult census: string cats with NaN (workclass, occupation) and without (education, race), an int
-    cat (educational-num) and a bool cat (male), trained on the frame as `load_adult` gives it; 1,000 held-out rows."""
+    cat (educational-num) and a bool cat (male), trained on the frame as `load_adult` gives it (moved to `backend`);
+    its ONNX graph; 1,000 held-out rows."""
     df = load_adult().iloc[:9000]
     df['male'] = df.gender == 'Male'
-    to = TabularGPU(df.iloc[:8000], procs=[Categorify, FillMissing, Normalize], y_names='income',
+    to = TabularGPU(df.iloc[:8000], procs=[Categorify, FillMissing, Normalize], y_names='income', backend=backend,
                     cat_names=['workclass', 'education', 'occupation', 'race', 'educational-num', 'male'],
                     cont_names=['age', 'fnlwgt', 'hours-per-week'], splits=(list(range(7000)), list(range(7000, 8000))))
     learn = _fit(to)
-    return learn, export_onnx(learn, tmp_path_factory.mktemp('adult')/'adult.onnx'), df.iloc[8000:]
+    return learn, export_onnx(learn, tmp_path_factory.mktemp(f'adult_{backend}')/'adult.onnx'), df.iloc[8000:]
+
+@pytest.fixture(scope='module')
+def adult(tmp_path_factory): return _adult(tmp_path_factory, 'pandas')
+
+@pytest.mark.cudf
+def test_onnx_of_a_learner_built_on_cudf(tmp_path_factory):
+    """A learner whose Tabular was built on a cuDF frame exports as one built on pandas (its learned state is host
+    data): onnxruntime on the raw held-out rows gives `get_preds`' predictions on `test_dl` of them."""
+    learn, path, rows = _adult(tmp_path_factory, 'cudf')
+    assert type(learn.dls.train_ds.row_index).__module__.startswith('cudf')   # built on the device
+    out, preds, _ = _both(learn, path, rows)
+    np.testing.assert_allclose(out, preds, atol=1e-5, rtol=0)
 
 _STRS = ['workclass', 'education', 'occupation', 'race']
 # how a client's frame may hold the string columns: pandas 2's default object, the nullable string dtypes (pd.NA),
@@ -246,7 +261,7 @@ def test_load_learner_in_fresh_python(adult, case, tmp_path, monkeypatch):
     err = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else ''
     if case == 'missing':
         assert err.startswith("RuntimeError: No module named 'fastai_gpu_tabular'"), res.stderr[-2000:]
-        assert '`pip install fastai_gpu_tabular`' in err
+        assert f'to load it, install it: {install_command()}' in err   # the README's install: not on PyPI yet
     elif case == 'broken':
         assert err == ("pydoc.ErrorDuringImport: problem in fastai_gpu_tabular.data - ModuleNotFoundError: No module "
                        "named 'fastai_gpu_tabular.backend'"), res.stderr[-2000:]

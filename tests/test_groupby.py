@@ -115,8 +115,8 @@ def test_export_onnx_joins_like_test_dl(adult_nan, tmp_path):
     x_cat, x_cont, preds = sess.run(['fgt/x_cat', 'fgt/x_cont', 'preds'], onnx_inputs(test, sess))
     dl = learn.dls.test_dl(test, bs=len(test))
     b = dl.one_batch()
-    np.testing.assert_array_equal(x_cat, b[0].numpy())
-    np.testing.assert_array_equal(x_cont, b[1].numpy())
+    np.testing.assert_array_equal(x_cat, b[0].cpu().numpy())   # the batch is on the loaders' device
+    np.testing.assert_array_equal(x_cont, b[1].cpu().numpy())
     with learn.no_bar(): want = learn.get_preds(dl=dl)[0].numpy()
     # the same float32 inputs; the model's float32 arithmetic in two engines (the tolerance of tests/test_export.py)
     np.testing.assert_allclose(preds, want, atol=1e-5, rtol=0)

@@ -1,7 +1,7 @@
-"""README.md's install commands, run as written: from a checkout, from a git URL, the CUDA extras (resolved with
-`--dry-run`), Kaggle's offline wheelhouse, and the quick start where only the built wheel is installed. The fresh
-environment is a new venv that sees this one's packages (fastai, torch, pandas...) but not this package: what a Kaggle
-image is, with fastai and torch installed."""
+"""README.md's install commands (found by their recipe markers: tests/recipes.py), run as written: from a checkout,
+from a git URL, the CUDA extras (resolved with `--dry-run`), Kaggle's offline wheelhouse, and the quick start where
+only the built wheel is installed. The fresh environment is a new venv that sees this one's packages (fastai, torch,
+pandas...) but not this package: what a Kaggle image is, with fastai and torch installed."""
 import importlib.metadata
 import json
 import os
@@ -14,27 +14,18 @@ import tomllib
 from pathlib import Path
 import pytest
 from packaging.version import Version
+from recipes import recipe
+from fastai_gpu_tabular.extras import REPOSITORY, install_command
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT/'README.md').read_text()
 URL = tomllib.loads((ROOT/'pyproject.toml').read_text())['project']['urls']['Repository']
+PIP = Version(importlib.metadata.version('pip'))
 
-def section(title) -> str:
-    "The text under README's heading `title`, up to the next heading of the same or a higher level (fences skipped)."
-    level, out, fenced = None, [], False
-    for line in README.splitlines(keepends=True):
-        if line.startswith('```'): fenced = not fenced
-        m = None if fenced else re.match(r'(#+) (.*)', line)
-        if level is None:
-            if m and m.group(2).strip() == title: level = len(m.group(1))
-        elif m and len(m.group(1)) <= level: break
-        else: out.append(line)
-    assert level is not None, f'README.md has no section {title!r}'
-    return ''.join(out)
-
-def blocks(text, lang='bash') -> list:
-    "The fenced code blocks of `lang` in `text`."
-    return re.findall(rf'^```{lang}\n(.*?)^```', text, re.M | re.S)
+def needs_pip(version, why):
+    "Skip, saying why, where this venv's pip is older than `version` (scripts/env.sh upgrades it; pytest alone not)."
+    why = f"needs pip >= {version} ({why}), this venv has {PIP}: `python -m pip install -U pip` (scripts/env.sh does)"
+    return pytest.mark.skipif(PIP < Version(version), reason=why)
 
 def commands(block) -> list:
     "The commands of a shell block: one a line, comments dropped."
@@ -94,21 +85,34 @@ def fresh_env(tmp_path_factory):
     return py
 
 def test_readme_test_command_is_what_ci_runs():
-    "The one command the README gives for the tests is the one `.ci/run` runs, once per pandas line."
-    cmds = [c for b in blocks(section('The two commands')) for c in commands(b) if 'scripts/test.sh' in c]
+    """The one command the README gives for the tests is the one `.ci/run` runs, once per pandas line: 3.1, what a
+    new install gets (fastai 2.8.12 brings it), and 2.3."""
+    cmds = commands(recipe('test-command'))
     assert cmds == ['bash scripts/test.sh'], cmds
-    ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'scripts/test.sh' in c]
+    ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'scripts/test.sh' in c and 'FGT_FAKE_DEVICE' not in c]
     assert [re.sub(r'^(\w+=\S+ )+|\s*\|\|.*$', '', c) for c in ci] == cmds * 2, ci
-    assert sorted(re.search(r'PANDAS=(\S+)', c).group(1) for c in ci) == ['2.3', '3.0'], ci
+    assert sorted(re.search(r'PANDAS=(\S+)', c).group(1) for c in ci) == ['2.3', '3.1'], ci
 
+def test_install_commands_in_messages_are_the_readmes():
+    "What errors tell users to run (load_learner, missing extras) is the README's git-URL install, for this URL."
+    git_cmd, = commands(recipe('install-git'))
+    assert REPOSITORY == URL and install_command() == git_cmd, (install_command(), git_cmd)
+
+def test_ci_runs_the_suite_on_the_stand_in_device():
+    "A pass of `.ci/run` runs README's test command with the CPU stand-in for a GPU (tests/fake_device.py)."
+    ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'FGT_FAKE_DEVICE' in c]
+    assert ci == ['FGT_FAKE_DEVICE=lazy FGT_RESOLVE=0 PANDAS=3.0 bash scripts/test.sh --ignore=tests/test_install.py '
+                  '--ignore=tests/test_recipes.py --ignore=tests/test_workflow.py || status=1'], ci
+
+@needs_pip('24.1', "older ones refuse the 'name @ git+file:///...' requirement as invalid")
 def test_readme_install_commands_resolve(checkout, fresh_env, tmp_path):
     """The README's install block from a clone, and its git-URL form (the URL pointed at a clone of this repository):
     each resolves in a fresh environment, which has fastai, and needs only this package from it."""
-    clone, *cmds = commands(blocks(section('Install'))[0])
+    clone, *cmds = commands(recipe('install'))
     assert clone == f'git clone {URL} && cd {URL.rsplit("/", 1)[1]}', clone
     assert cmds[0] == 'pip install .', cmds
     assert [c for c in cmds if 'cuda' in c] == ['pip install ".[cuda12]"', 'pip install ".[cuda13]"'], cmds
-    git_cmd, = [c for b in blocks(section('Install')) for c in commands(b) if 'git+' in c]
+    git_cmd, = commands(recipe('install-git'))
     run(['git', 'clone', '-q', ROOT, tmp_path/'repo'])
     git_cmd = git_cmd.replace(f'git+{URL}', f'git+file://{tmp_path}/repo')
     run_together([pip_cmd(c, fresh_env) + ['--dry-run', '--quiet', '--report', tmp_path/f'{i}.json']
@@ -116,10 +120,20 @@ def test_readme_install_commands_resolve(checkout, fresh_env, tmp_path):
     want = {'fastai-gpu-tabular': importlib.metadata.version('fastai_gpu_tabular')}
     for i, c in enumerate((cmds[0], git_cmd)): assert picked(tmp_path/f'{i}.json') == want, c
 
+def test_torch_cpu_command_is_what_the_scripts_run():
+    """The README's CPU torch install takes the index that `TORCH_INDEX_URL` gives scripts/env.sh in the README's laptop
+    command; it downloads 200 MB from PyTorch's index, which the tests do not read."""
+    cmd, = commands(recipe('install-torch-cpu'))
+    url = re.fullmatch(r'pip install torch --index-url (\S+)', cmd).group(1)
+    assert f'TORCH_INDEX_URL={url} bash scripts/test.sh' in README
+    assert '--index-url "$TORCH_INDEX_URL"' in (ROOT/'scripts'/'env.sh').read_text()
+    pytest.skip(f'installing torch from {url} downloads about 200 MB from outside the package index the tests read')
+
 def test_kaggle_wheelhouse_install_and_quick_start(checkout, fresh_env, tmp_path):
     """The README's Kaggle path: build the wheelhouse, install from it with no index into an environment that has
-    fastai and torch (as Kaggle's), then run the README's quick start there, on the installed wheel."""
-    kaggle = commands(blocks(section('Kaggle'))[0])
+    fastai and torch (as Kaggle's), then run the README's quick start there, on the installed wheel. pip installs
+    this package alone: it changes nothing the image has (its pandas, 3.1 or 2.3, included)."""
+    kaggle = commands(recipe('kaggle'))
     build = [c for c in kaggle if c.startswith('pip wheel')]
     install, = [c for c in kaggle if '--no-index' in c]
     wheels = re.search(r'-w (\S+)', build[0]).group(1)
@@ -128,18 +142,13 @@ def test_kaggle_wheelhouse_install_and_quick_start(checkout, fresh_env, tmp_path
     r = run(pip_cmd(install.replace(found, str(checkout/wheels)), fresh_env), cwd=tmp_path)
     assert re.search(r'Successfully installed fastai[_-]gpu[_-]tabular-\S+\s*$', r.stdout), r.stdout[-500:]
 
-    quick = next(b for b in blocks(README, 'python') if 'TabularGPU(' in b)   # the first: the quick start
     script = f'''
-from functools import partialmethod
 import fastai_gpu_tabular
-from fastai.learner import Learner
 from fastai_gpu_tabular.__main__ import flights_task
-# lr_find's 100 steps at bs 65,536 take minutes on a CPU: 5 here. 90k flights: one training batch of 65,536
-Learner.lr_find = partialmethod(Learner.lr_find, num_it=5)
-df, names = flights_task(nrows=90_000)
+df, names = flights_task(nrows=90_000)   # 72,000 training rows: batch_size gives 1,024, 70 steps an epoch
 df = df.rename(columns={{'disrupted': 'label'}})
 cats, conts, new_df = names['cat_names'], names['cont_names'], df.iloc[:1000]
-{quick}
+{recipe('quick-start')}
 assert preds.shape == (len(to.valid), 2) and len(dl.dataset) == len(new_df)
 learn = load_learner('model.pkl', cpu=True)
 print(fastai_gpu_tabular.__file__)
@@ -150,37 +159,28 @@ print(fastai_gpu_tabular.__file__)
 @pytest.mark.skipif(os.environ.get('FGT_RESOLVE') != '1',
                     reason='resolving the CUDA extras reads the package index for a minute or two: FGT_RESOLVE=1 runs '
                            'it (.ci/run does, on each pandas line)')
+@needs_pip('22.2', 'install --dry-run --report')
 def test_cuda_extras_resolve_to_the_newest_cudf_for_this_pandas(checkout, tmp_path):
-    """The README's `pip install ".[cuda12]"` / `".[cuda13]"`, resolved (`--dry-run`) in this environment with its
-    pandas held: cuDF >= 26.8 on pandas 3 (cuDF 26.8 and later need pandas 3.0), cuDF <= 26.6 on pandas 2."""
-    cmds = [c for c in commands(blocks(section('Install'))[0]) if 'cuda' in c]
+    """The README's `pip install ".[cuda12]"` / `".[cuda13]"`, resolved (`--dry-run`) in this environment as the README
+    says: on pandas 3 as they are, giving cuDF >= 26.8 (26.8 and later need pandas 3.0; 26.10 caps it below 3.1, so
+    pandas 3.1 moves to 3.0); on pandas 2 held with a constraints file, giving cuDF <= 26.6 and the same pandas;
+    dask-cudf at cuDF's version."""
+    cmds = [c for c in commands(recipe('install')) if 'cuda' in c]
     pd_version = Version(importlib.metadata.version('pandas'))
-    (tmp_path/'pandas.txt').write_text(f'pandas=={pd_version}\n')
-    run_together([pip_cmd(c, sys.executable) + ['--dry-run', '--quiet', '--report', tmp_path/f'{i}.json',
-                                                 '-c', tmp_path/'pandas.txt'] for i, c in enumerate(cmds)],
-                 cwd=checkout)
+    hold = [] if pd_version.major >= 3 else ['-c', tmp_path/'pandas.txt']
+    (tmp_path/'pandas.txt').write_text(f'pandas=={pd_version.major}.{pd_version.minor}.*\n')
+    run_together([pip_cmd(c, sys.executable) + ['--dry-run', '--quiet', '--report', tmp_path/f'{i}.json', *hold]
+                  for i, c in enumerate(cmds)], cwd=checkout)
     for i, c in enumerate(cmds):
         got = picked(tmp_path/f'{i}.json')
-        cudf, = [Version(v) for n, v in got.items() if n.startswith('cudf-cu')]
-        pins = sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy")))
+        (name, v), = [(n, v) for n, v in got.items() if n.startswith('cudf-cu')]
+        cudf = Version(v)
+        assert got[f'dask-{name}'] == v, (c, got)   # dask-cudf, at cuDF's own version
+        pandas = Version(got.get('pandas', str(pd_version)))   # what pandas the environment would then have
+        pins = sorted(f"{n}=={v}" for n, v in got.items() if n.startswith(("cudf", "cupy", "dask", "pandas")))
         print(f'pandas {pd_version}: {c} -> {pins}')
-        if pd_version.major >= 3: assert cudf >= Version('26.8'), (c, got)
-        else: assert Version('25.10') <= cudf <= Version('26.6'), (c, got)
-
-def test_readme_small_frame_example():
-    """The README's small-frame example runs as written and learns: at least 50 steps an epoch, and a validation loss
-    below the class prior's (predicting the training share of '>50K' for every row)."""
-    from fastai.tabular.all import set_seed
-    block, = [b for b in blocks(README, 'python') if 'load_adult()' in b]
-    ns = {}
-    set_seed(0)
-    exec('from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n' + block, ns)
-    learn, dls = ns['learn'], ns['dls']
-    assert len(dls.train) >= 50
-    p = dls.train_ds.packed('cpu')[2].double().mean()
-    y = dls.valid_ds.packed('cpu')[2].double()
-    prior = -(y * p.log() + (1 - y) * (1 - p).log()).mean().item()
-    assert learn.recorder.values[-1][1] < prior - 0.05, (learn.recorder.values[-1], prior)
+        if pd_version.major >= 3: assert cudf >= Version('26.8') and Version('3.0') <= pandas < Version('3.1'), (c, got)
+        else: assert Version('25.10') <= cudf <= Version('26.6') and pandas == pd_version, (c, got)
 
 def test_star_import_rebinds_what_readme_says():
     "The names `fastai_gpu_tabular.all` rebinds after `fastai.tabular.all` are the ones the README lists, no more."

@@ -83,6 +83,24 @@ def fake_learn(pred, y, loss_func=None, x_cat=None, cat_names=('g',), dl=None):
                            loss_func=loss_func or CrossEntropyLossFlat(),
                            to_detach=lambda b, cpu=True, gather=True: b.detach().cpu() if cpu else b.detach())
 
+def device_probs(learn, x):
+    """The positive class's probability of the outputs `x` (get_preds' with `act=noop`), the loss's activation applied
+    on the loaders' device: what the device metrics and fastai's `RocAucBinary` score (`get_preds` applies it on the
+    host)."""
+    p = learn.loss_func.activation(x.to(learn.dls.device)).cpu()
+    return (p[:, 1] if p.shape[1] == 2 else p[:, 0]).numpy()
+
+def auc_rounding_bound(pos, a, b) -> float:
+    """How far sklearn's AUC of scores `b` can be from its AUC of `a`, the same rows' scores rounded apart (`pos`: the
+    positive rows). A positive/negative pair moves the AUC, by at most 1/(positives x negatives), only where its order
+    can change: where the two scores are within the two rows' differences, and those are not both 0. Where `a == b`
+    nothing can move: 0."""
+    a,d = a.astype(np.float64),np.abs(a.astype(np.float64) - b.astype(np.float64))
+    (ap,dp),(an,dn) = (a[pos], d[pos]),(a[~pos], d[~pos])
+    pairs = sum(int(((np.abs(ap[i:i+512, None] - an) <= dp[i:i+512, None] + dn) & (dp[i:i+512, None] + dn > 0)).sum())
+                for i in range(0, len(ap), 512))
+    return pairs / (len(ap) * len(an))
+
 def run_metric(metric, pred, y, x_cat=None, bs=37, loss_func=None):
     "The metric over batches of `bs` rows, as fastai's validation loop drives it."
     metric.reset()
@@ -300,9 +318,11 @@ def saturated_margins(n, seed):
 
 @pytest.mark.parametrize('loss', ['cross_entropy', 'bce'])
 def test_fit_auc_is_sklearn_on_get_preds(loss):
-    """The fit's AUC, fastai's RocAucBinary and sklearn's roc_auc_score on get_preds are the same float (`==`) on
-    float32 outputs that saturate and tie; `score='margin'` ranks the raw outputs. The ranking metrics rank get_preds'
-    values too (sklearn's ndcg_score, the groupby reference), or the margins with `score='margin'`."""
+    """The fit's AUC, fastai's RocAucBinary and sklearn's roc_auc_score on the probabilities (the loss's activation on
+    the loaders' device, as RocAucBinary applies it) are the same float (`==`) on float32 outputs that saturate and
+    tie; sklearn's on get_preds' (the activation on the host) is too on a CPU, within the pairs that rounding can flip
+    elsewhere. `score='margin'` ranks the raw outputs. The ranking metrics rank the probabilities too (sklearn's
+    ndcg_score, the groupby reference), or the margins with `score='margin'`."""
     n,n_train = 3000,300
     m,pos = saturated_margins(n, seed=0)
     g = np.random.default_rng(1)
@@ -319,13 +339,15 @@ def test_fit_auc_is_sklearn_on_get_preds(loss):
     mets += [RocAucBinary()] if loss == 'cross_entropy' else []   # RocAucBinary softmaxes one column into 1.0s
     learn = Learner(to.dataloaders(bs=256), Lookup(out.clone()), loss_func=loss_func, metrics=mets)
     with learn.no_bar(), learn.no_logging(): learn.fit(1, lr=0)
-    assert torch.equal(learn.model.out.data, out)
+    assert torch.equal(learn.model.out.data.cpu(), out)   # the model sits on the loaders' device
     fit = dict(zip(learn.recorder.metric_names[3:-1], learn.recorder.values[-1][2:]))
     p,yv = learn.get_preds()
-    prob,y = (p[:, 1] if p.shape[1] == 2 else p[:, 0]).numpy(),yv.numpy().ravel() == 1
+    host,y = (p[:, 1] if p.shape[1] == 2 else p[:, 0]).numpy(),yv.numpy().ravel() == 1
     x = out[n_train:]
+    prob = device_probs(learn, x)
     margin = (x[:, 1] - x[:, 0] if x.shape[1] == 2 else x[:, 0]).numpy()
     assert fit['auc'] == skm.roc_auc_score(y, prob) == fit.get('roc_auc_score', fit['auc'])
+    assert abs(skm.roc_auc_score(y, host) - fit['auc']) <= auc_rounding_bound(y, prob, host)
     assert fit['auc_margin'] == skm.roc_auc_score(y, margin) != fit['auc']
     assert (prob == 1).sum() > 100 and len(set(prob)) < len(set(margin)) - 100   # saturated, distinct margins tied
     # sklearn's ndcg_score per user, on get_preds and on the margins: float64 sums of at most n terms in [0, 1],
@@ -342,13 +364,15 @@ def test_fit_auc_is_sklearn_on_get_preds(loss):
 @pytest.fixture(scope='module')
 def movielens():
     "MovieLens 100K, a random split, a multi-hot column before the user (so its position is past genres' slots)."
-    torch.set_num_threads(1)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)   # a shared 2-core machine: one thread is faster here (restored after)
     df = load_movielens_100k()
     df['liked'] = np.where(df.rating > 3, 'yes', 'no')
     splits = RandomSplitter(seed=0)(range_of(df))
     to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cont_names=['age'], y_names='liked', splits=splits,
                     cat_names=['genres', 'item_id', 'user_id', 'gender'])
-    return df, splits, to.dataloaders(bs=4096)
+    yield df, splits, to.dataloaders(bs=4096)
+    torch.set_num_threads(n)
 
 def test_learner_metrics_equal_references(movielens):
     df,splits,dls = movielens
@@ -363,10 +387,11 @@ def test_learner_metrics_equal_references(movielens):
     with learn.no_bar(): vals = learn.validate()[1:]
     assert np.allclose(vals, fit_row[2:], rtol=0, atol=1e-12)   # fit's table and validate() agree
     x,y = learn.get_preds(act=noop)
-    prob,y = learn.get_preds()[0][:, 1].numpy(),y.numpy().ravel()
-    # the fit's AUC is RocAucBinary's and sklearn's on get_preds, to the last bit (the margins' AUC differs here:
-    # distinct margins give equal float32 probabilities)
+    host,y,prob = learn.get_preds()[0][:, 1].numpy(),y.numpy().ravel(),device_probs(learn, x)
+    # the fit's AUC is RocAucBinary's and sklearn's on the probabilities, to the last bit (the margins' AUC differs
+    # here: distinct margins give equal float32 probabilities); on get_preds' host probabilities within their rounding
     assert fit_row[2] == fit_row[3] == skm.roc_auc_score(y, prob) != skm.roc_auc_score(y, (x[:, 1] - x[:, 0]).numpy())
+    assert abs(skm.roc_auc_score(y, host) - fit_row[2]) <= auc_rounding_bound(y == 1, prob, host)
     assert abs(vals[2] - skm.log_loss(y, torch.softmax(x.double(), 1).numpy())) < 1e-6
     # the groupby reference: raw user ids from the frame, users unseen in training left out
     users = df.user_id.values[np.asarray(splits[1])]

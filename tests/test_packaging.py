@@ -75,3 +75,16 @@ def test_every_switch_is_in_contributing():
     assert 'FGT_REQUIRE_GPU' in used, used
     doc = set(re.findall(r'`(FGT_[A-Z]\w*)=', (ROOT/'CONTRIBUTING.md').read_text()))
     assert used <= doc, used - doc
+
+def test_step_a_runs_every_cuda_test():
+    """CONTRIBUTING's step-A command (a device session's first call) selects every `cuda`-marked test and names only
+    tests that exist, so that a new one reaches the GPU."""
+    text = (ROOT/'CONTRIBUTING.md').read_text()
+    step_a = text[text.index('**Step A'):text.index('**Step B')]
+    selected = set(re.findall(r'tests/\S+\.py(?:::\w+)?', re.search(r'```bash\n(.*?)```', step_a, re.S).group(1)))
+    for s in selected:
+        f, _, name = s.partition('::')
+        assert (ROOT/f).exists() and (not name or f'def {name}(' in (ROOT/f).read_text()), s
+    marked = [(f.relative_to(ROOT).as_posix(), name) for f in sorted((ROOT/'tests').rglob('test_*.py'))
+              for name in re.findall(r'^@pytest\.mark\.cuda\n(?:@.*\n)*def (\w+)', f.read_text(), re.M)]
+    assert marked and [m for m in marked if m[0] not in selected and '::'.join(m) not in selected] == []

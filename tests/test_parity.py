@@ -10,8 +10,8 @@ from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
 
 PROCS = [Categorify, FillMissing, Normalize]
 
-def _flights():
-    df = load_flights()
+def _flights(nrows=None):
+    df = load_flights(nrows=nrows)
     return df, dict(cat_names=['carrier', 'tailnum', 'origin', 'dest', 'month', 'hour'],
                     cont_names=['dep_time', 'sched_dep_time', 'dep_delay', 'arr_time', 'sched_arr_time', 'arr_delay',
                                 'air_time', 'distance', 'minute', 'day'], y_names='origin_is_jfk') | {'_y': 'jfk'}
@@ -37,8 +37,8 @@ def _ml100k():
 
 DATASETS = dict(flights=_flights, adult=_adult, movielens=_movielens, ml100k=_ml100k)
 
-def _load(name):
-    df, kw = DATASETS[name]()
+def _load(name, **kwargs):
+    df, kw = DATASETS[name](**kwargs)
     if kw.pop('_y', None) == 'jfk': df['origin_is_jfk'] = df.origin == 'JFK'   # a bool target: CategoryBlock
     return df, kw
 
@@ -59,7 +59,7 @@ def test_real_dataset_parity(name, reduce_memory, backend):
 @pytest.mark.parametrize('strategy', [FillStrategy.median, FillStrategy.mode, FillStrategy.constant])
 @pytest.mark.parametrize('add_col', [True, False])
 def test_fill_strategies_parity(strategy, add_col, backend):
-    df, kw = _load('flights')
+    df, kw = _load('flights', nrows=50_000)   # 700 to 840 NaN in each of 6 conts: what all 336,776 rows hold, less
     splits = RandomSplitter(valid_pct=0.2, seed=0)(range_of(df))
     fill_vals = defaultdict(int, {'dep_time': -1., 'arr_delay': 7})
     procs = lambda: [Categorify, FillMissing(fill_strategy=strategy, add_col=add_col, fill_vals=fill_vals), Normalize]
@@ -91,9 +91,10 @@ def test_no_splits_and_test_set_parity(backend):
     for n in ref.cat_names:
         np.testing.assert_array_equal(np.asarray(ours_t.items[n].to_numpy()), ref_t.items[n].to_numpy())
 
-def test_none_is_missing(backend):
-    """None in an object column is a missing value: the result is fastai's for the same frame with NaN in its place
-    (fastai's CategoryMap keeps None as a category, then fails to sort it)."""
+def test_none_is_missing():
+    """None in a pandas object column is a missing value: the result is fastai's for the same frame with NaN in its
+    place (fastai's CategoryMap keeps None as a category, then fails to sort it). (A cuDF frame has one null for both:
+    test_null_and_nan_are_missing.)"""
     df, kw = _load('flights')
     df['tailnum'] = df.tailnum.astype(object).where(df.tailnum.notna(), None)   # pandas 3 reads a str column: NaN
     assert df.tailnum.map(lambda v: v is None).sum() > 1000                       # the input holds None, not NaN
@@ -101,6 +102,29 @@ def test_none_is_missing(backend):
     splits = RandomSplitter(seed=3)(range_of(df))
     ref = TabularPandas(nan_df, procs=PROCS, splits=splits, reduce_memory=False,
                         **{**kw, 'cat_names': list(kw['cat_names'])})
-    ours = TabularGPU(df, procs=PROCS, splits=splits, reduce_memory=False, backend=backend, **kw)
-    assert_same_processing(ref, ours, exact=backend == 'pandas')
+    ours = TabularGPU(df, procs=PROCS, splits=splits, reduce_memory=False, **kw)
+    assert_same_processing(ref, ours)
     assert None not in ours.classes['tailnum'].items
+
+@pytest.mark.cudf
+def test_null_and_nan_are_missing():
+    """A cuDF float column holds null and NaN apart (NaN is a value there): both are missing, and the result is
+    fastai's for the pandas frame with NaN in both places (strings' missing values are cuDF nulls)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from fastai_gpu_tabular.backend import require_cudf
+    df, kw = _load('flights', nrows=50_000)
+    df = df[[*kw['cat_names'], *kw['cont_names'], kw['y_names']]]
+    tbl = pa.Table.from_pandas(df, preserve_index=False)   # every missing value a null
+    nulls = {}
+    for c in ('dep_delay', 'arr_delay', 'air_time'):
+        v = df[c].to_numpy()
+        nulls[c] = np.isnan(v) & (np.arange(len(v)) % 2 == 0)   # every other missing row a null, the rest NaN
+        tbl = tbl.set_column(tbl.schema.get_field_index(c), c, pa.array(v, mask=nulls[c]))
+        assert pc.sum(pc.is_nan(tbl[c])).as_py() == np.isnan(v).sum() - nulls[c].sum() > 100
+    gdf = require_cudf().DataFrame.from_arrow(tbl)
+    assert all(gdf[c].null_count == n.sum() > 100 for c,n in nulls.items())   # on the device: null and NaN apart
+    splits = RandomSplitter(seed=3)(range_of(df))
+    ref = TabularPandas(df.copy(), procs=PROCS, splits=splits, **{**kw, 'cat_names': list(kw['cat_names'])})
+    ours = TabularGPU(gdf, procs=PROCS, splits=splits, **kw)
+    assert_same_processing(ref, ours, exact=False)

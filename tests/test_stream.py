@@ -5,9 +5,12 @@ import os
 import socket
 import subprocess
 import sys
+from collections import Counter
 import numpy as np
 import pytest
 import torch
+from fake_device import CHILD_PRELUDE
+from torch.overrides import TorchFunctionMode
 from fastai_gpu_tabular.stream import PackedChunks, StreamDataLoader, _rank_slices
 
 SIZES = [100, 0, 2345, 17, 900, 1, 1500]   # rows of each chunk file (one empty)
@@ -65,11 +68,61 @@ def test_drop_last_and_mixing(chunks):
     dl = StreamDataLoader(chunks, bs=100, shuffle=True, window=6, piece_rows=200, drop_last=True)
     ids, sizes = _ids(dl)
     assert len(dl) == N // 100 == len(sizes) and set(sizes) == {100} and len(ids.unique()) == len(ids)
-    # the window mixes pieces: a batch holds rows of several 200-row pieces, not one run
+    # a block mixes pieces: a batch holds rows of several 200-row pieces, not one run
     assert all(len((b // 200).unique()) > 2 for b in ids.split(100))
 
+class _Ops(TorchFunctionMode):
+    "Counts the torch calls made in this thread, by name, with the dimensions of their first tensor argument."
+    def __init__(self):
+        super().__init__()
+        self.seen = Counter()
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        t = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if t is None and args and isinstance(args[0], (list, tuple)): t = args[0][0]   # torch.cat's list
+        name = getattr(func, '__name__', str(func))
+        if name == '__getitem__' and isinstance(args[1], torch.Tensor): name = 'gather by []'   # not a view
+        self.seen[name, getattr(t, 'ndim', None)] += 1
+        return func(*args, **(kwargs or {}))
+
+@pytest.mark.parametrize('shuffle', [True, False])
+def test_one_gather_a_batch(chunks, shuffle, monkeypatch):
+    """The rows are read straight into the blocks and each batch is one gather from them: nothing copies rows into a
+    window, out of it or joins them into a batch (a batch across two blocks gathers from both halves of the ring). On
+    the host that gather is NumPy's `take`, and no torch op runs on a block's rows or positions (torch's CPU ops start
+    its OpenMP team, whose spinning threads take the reader's core). The next epoch reads into the same ring."""
+    takes, take = [], np.take
+    monkeypatch.setattr(np, 'take', lambda a, *args, **kw: takes.append(a.shape) or take(a, *args, **kw))
+    dl = StreamDataLoader(chunks, bs=100, shuffle=shuffle, window=3, piece_rows=200, drop_last=False)
+    with _Ops() as ops: batches = sum(1 for _ in dl)
+    assert batches == len(dl) and len(takes) == batches and set(takes) == {tuple(dl._ring.shape)}
+    copies = [k for k in ops.seen if k[0] in ('index_select', 'cat', 'index_copy_', 'gather by []', 'clone', 'add',
+                                              '__add__', 'arange')]
+    assert not copies and ops.seen['randperm', None] <= 1, ops.seen   # one randperm: the order of the pieces
+    ring = dl._ring
+    assert torch.equal(_ids(dl)[0].sort().values, torch.arange(N, dtype=torch.int32)) and dl._ring is ring   # reused
+
+def test_blocks(chunks):
+    "An epoch's blocks: `window` pieces each (one in order), at least `bs` rows but the last, every piece once."
+    for shuffle,bs,window,piece in [(True, 100, 3, 200), (True, 1000, 2, 64), (False, 300, 4, 128), (True, 7, 1, 9)]:
+        dl = StreamDataLoader(chunks, bs=bs, shuffle=shuffle, window=window, piece_rows=piece)
+        slices = dl._slices()
+        blocks = dl._blocks(slices)
+        assert sum(blocks, []) == slices
+        per = window if shuffle else 1
+        assert all(len(b) >= per and sum(e - s for _,s,e in b) >= bs for b in blocks[:-1])
+        assert all(len(b) == per or sum(e - s for _,s,e in b[:-1]) < bs for b in blocks[:-1])   # no bigger than needed
+
+def test_break_and_errors(chunks, tmp_path):
+    "An epoch left early stops its reader (the next epoch is whole); a file that ends early is an error naming it."
+    dl = StreamDataLoader(chunks, bs=64, shuffle=True, window=2, piece_rows=100)
+    for _ in zip(range(3), dl): pass
+    assert torch.equal(_ids(dl)[0].sort().values, torch.arange(N, dtype=torch.int32))
+    bad = _write_chunks(tmp_path/'bad')
+    with open(bad.path/bad.files[1], 'r+b') as f: f.truncate(f.seek(0, 2) - 40)
+    with pytest.raises(EOFError, match='c2.npy'): _ids(StreamDataLoader(bad, bs=64, shuffle=True, piece_rows=100))
+
 def test_seed_and_get_preds_order(chunks):
-    "The piece order follows `seed` (and torch's generator for the window); an unshuffled epoch is in order."
+    "The piece order follows `seed` (and torch's generator for the order in a block); an unshuffled epoch is in order."
     dl = StreamDataLoader(chunks, bs=128, shuffle=True, window=3, piece_rows=150, seed=3)
     torch.manual_seed(0); a = _ids(dl)[0]
     dl.epoch = 0; torch.manual_seed(0); b = _ids(dl)[0]
@@ -124,6 +177,17 @@ def test_ranks_get_equal_batches(chunks, tmp_path):
         # each rank its own share: N is odd, so the last rank's share wraps round to one row of the first's
         assert len(set(e0['ids']) & set(e1['ids'])) <= 1 and len(set(e0['ids'] + e1['ids'])) >= N - 2 * 100
     assert r0[0]['ids'] != r0[1]['ids']
+
+def test_default_device(chunks):
+    """On fastai's default device (the lazy one under FGT_FAKE_DEVICE=lazy, where the ring stays on the host and each
+    batch moves): every batch there, each row once."""
+    from fastai.torch_core import default_device
+    dev = default_device()
+    dl = StreamDataLoader(chunks, bs=256, shuffle=True, window=3, piece_rows=300, device=dev, drop_last=False)
+    batches = [b for b in dl]
+    assert all(t.device.type == dev.type for b in batches for t in b)
+    ids = torch.cat([b[0][:, 0].cpu() for b in batches])
+    assert torch.equal(ids.sort().values, torch.arange(N, dtype=torch.int32))
 
 @pytest.mark.cuda
 def test_cuda_stream(chunks):
@@ -186,7 +250,7 @@ base = meter.now()
 t0 = time.time()
 to, dls, ids, loss = run(data + '/big', budget // 4)
 peak, reset = (meter.peak() - base) * 2**20, meter.method == 'VmHWM'
-ids = ids.numpy()
+ids = ids.cpu().numpy()   # the batches' rows: on the loaders' device
 want = pd.read_parquet(data + '/big', columns=['rid', 'is_valid']).query('~is_valid').rid.to_numpy().astype(np.int64)
 print(json.dumps(dict(peak=peak, reset=reset, same=bool(np.array_equal(np.sort(ids), np.sort(want))), frame=frame,
                       packed=sum(c.nbytes for c in to.chunks), stream=type(dls.train).__name__,
@@ -202,7 +266,7 @@ def test_out_of_core(tmp_path):
     measures what is in use."""
     pytest.importorskip('dask', reason='the out-of-core build runs on Dask (the `dask` extra)')
     budget, n, parts = 20 * 2**20, 300_000, 30   # the peak (about 15 MB here) is a few 10k-row partitions', whatever n
-    (tmp_path/'ooc.py').write_text(_OUT_OF_CORE)
+    (tmp_path/'ooc.py').write_text(CHILD_PRELUDE + _OUT_OF_CORE)
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MALLOC_ARENA_MAX': '2', 'MALLOC_MMAP_THRESHOLD_': '65536',
            'ARROW_DEFAULT_MEMORY_POOL': 'system'}
     p = subprocess.run([sys.executable, str(tmp_path/'ooc.py'), str(tmp_path), str(budget), str(n), str(parts)],
@@ -214,4 +278,47 @@ def test_out_of_core(tmp_path):
     assert r['seen'] == r['distinct'] == r['train'] and r['same'] and np.isfinite(r['loss'])
     if not r['reset']: pytest.skip("this kernel cannot reset the peak RSS (/proc/self/clear_refs): the memory bound "
                                    "is not measured; every row was seen once")
+    if os.environ.get('FGT_FAKE_DEVICE'):   # 22 MB here: the stand-in's device is this process's memory
+        pytest.skip("FGT_FAKE_DEVICE: the stand-in device's tensors (the stream's window, each batch) and its compiled "
+                    "graphs are host memory, as a GPU's are not: the memory bound is not measured; every row was seen "
+                    "once")
     assert r['peak'] < budget, (r['peak'] / 2**20, budget / 2**20)
+
+def test_stream_suite_small(tmp_path):
+    """`--suite stream` at a small size: both loaders timed at each batch size, their ratio, and the row-order
+    statistics of the block shuffle next to a full permutation's (no timing asserted)."""
+    from fastai_gpu_tabular.bench import main
+    res = main(['--suite', 'stream', '--stream-rows', '6000', '--stream-part-rows', '1000', '--stream-window', '4',
+                '--stream-rounds', '1', '--bs', '256,1024', '--epochs-loader', '1', '--threads', '1',
+                '--out', str(tmp_path/'s.json')])['stream']
+    assert res['rows'] == 4800 and res['files'] == 5 and set(res['by_bs']) == {'256', '1024'}
+    for d in res['by_bs'].values():
+        assert d['ratio'] == round(d['stream']['rows_per_s'] / d['resident']['rows_per_s'], 3) > 0
+        assert all(d[k]['ns_per_row'] > 0 and d[k]['cpu_ns_per_row'] > 0 for k in ('stream', 'resident'))
+    o = res['order']
+    assert o['bs'] == 1024 and o['full permutation']['neighbour_gap'] > o['stream']['neighbour_gap'] > 0
+    assert json.loads((tmp_path/'s.json').read_text())['stream']['target']['value'] is None   # bs 32,768 not run
+
+@pytest.mark.slow
+def test_ooc_suite_small(tmp_path):
+    """`--suite ooc` on a few thousand rows: Parquet parts through TabularGPU over Dask into chunks, a streamed epoch
+    that served every training row once, a short training, the pandas frame's arithmetic, stock fastai's estimate,
+    the stream against the resident loader on a slice, and the process tree's peak RSS (no timing asserted)."""
+    pytest.importorskip('dask', reason='the ooc suite runs TabularGPU over Dask (the `dask` extra)')
+    from fastai_gpu_tabular.bench import main
+    res = main(['--suite', 'ooc', '--ooc-rows', '8000', '--ooc-part-rows', '2000', '--ooc-slice-rows', '2000',
+                '--ooc-stock-rows', '2000', '--ooc-train-batches', '2', '--ooc-bs', '512', '--ooc-memory-budget',
+                '64KB', '--ooc-dir', str(tmp_path), '--threads', '1', '--out', str(tmp_path/'o.json')])['ooc']
+    assert res['rows'] == 8000 and res['parts'] == 4 and res['parquet_bytes'] > 0
+    f = res['frame']
+    assert f['bytes'] == int(f['row_bytes'] * 8000) and f['bytes_object'] >= f['bytes']   # Arrow strings are smaller
+    st, o = res['stock'], res['ours']
+    assert st['status'] == 'ok' and st['rows'] == 2000 and st['estimate_mb'] > st['peak_rss_mb'] > 0
+    assert o['status'] == 'ok', o.get('reason')
+    assert o['loader'] == 'StreamDataLoader' and o['rows'] == 8000 and o['n_train'] + o['n_valid'] == 8000
+    assert o['served_once'] and o['served_rows'] == o['chunk_rows'] == o['n_train']
+    assert o['epoch_rows'] == o['n_train'] - o['n_train'] % 512   # the training loader drops the last partial batch
+    assert o['train_batches'] == 2 and np.isfinite(o['train_loss']) and o['chunk_bytes'] >= o['packed_bytes']
+    assert o['peak_tree_rss_mb'] >= o['peak_rss_mb'] * 0.9 > 0   # sampled, so it can miss the last bit of the peak
+    assert res['slice']['rows'] <= 2000 and res['slice']['ratio'] > 0
+    assert not (tmp_path/'fgt_ooc'/'chunks_8000_s0').exists()   # removed without --ooc-keep

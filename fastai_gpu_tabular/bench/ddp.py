@@ -14,7 +14,7 @@ from .cli import int_list, name_list
 from .report import table
 from .timing import loader_epoch
 
-__all__ = ['ddp_suite', 'run', 'format_table', 'add_args']
+__all__ = ['ddp_suite', 'rank_epochs', 'rank_results', 'run', 'format_table', 'add_args']
 
 CONTENDERS = {'ours': "DistributedBatchDL (distrib_ctx's wrapper of a BatchDataLoader, this package)",
               'fastai': "fastai's DistributedDL on the same BatchDataLoader, patched to run (see `_fastai_ddl`)",
@@ -62,8 +62,19 @@ def _fastai_ddl():
     return FastaiDDL
 
 def _worker(args, out):
-    """One rank: each contender's warm-up epochs in turn (its peak RSS), then the timed epochs in rounds, one epoch of
-    each contender a round, so that the shared machine's drift touches them alike."""
+    "One rank started by `ddp_suite`: its process group, `rank_epochs`, and the group destroyed."
+    import torch
+    import torch.distributed as dist
+    cuda = json.loads(args)['device'] == 'cuda'
+    if cuda: torch.cuda.set_device(int(os.environ['LOCAL_RANK']))
+    dist.init_process_group('nccl' if cuda else 'gloo')
+    rank_epochs(args, out)
+    dist.destroy_process_group()
+
+def rank_epochs(args, out):
+    """One rank of a process group already made (`args`: `ddp_suite`'s, as JSON): each contender's warm-up epochs in
+    turn (its peak RSS), then the timed epochs in rounds, one epoch of each contender a round, so that the shared
+    machine's drift touches them alike; what it measured goes to `out/rank{rank}.json`."""
     import torch
     import torch.distributed as dist
     from fastai.distributed import DistributedDL
@@ -74,10 +85,7 @@ def _worker(args, out):
     from .machine import RSSMeter
     a = json.loads(args)
     torch.set_num_threads(a['threads'])
-    cuda = a['device'] == 'cuda'
-    if cuda: torch.cuda.set_device(int(os.environ['LOCAL_RANK']))
-    dist.init_process_group('nccl' if cuda else 'gloo')
-    device = torch.device('cuda', torch.cuda.current_device()) if cuda else torch.device('cpu')
+    device = torch.device('cuda', torch.cuda.current_device()) if a['device'] == 'cuda' else torch.device('cpu')
     rss = RSSMeter()
     rows,layout = _criteo_rows(a['rows'], device)
     dl = BatchDataLoader(_Packed(rows, layout), bs=a['bs'], shuffle=True, drop_last=True, after_batch=[], device=device)
@@ -96,14 +104,28 @@ def _worker(args, out):
             t,n,nb = loader_epoch(d, float('inf'), device)[:3]
             res[c]['epoch_s'].append(round(t, 4))
             res[c].update(batches=nb, rows=n)
+    Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out)/f'rank{rank_distrib()}.json').write_text(json.dumps(res))
-    dist.destroy_process_group()
+
+def rank_results(out, nproc, contenders) -> dict:
+    """Per contender, from what `nproc` ranks wrote in `out`: each rank's best timed epoch and the slowest rank's (a
+    step waits for it), batches out against `len()`, peak RSS in its warm-up epoch; and fastai's time over ours."""
+    ranks = [json.loads((Path(out)/f'rank{r}.json').read_text()) for r in range(nproc)]
+    r = {}
+    for c in contenders:
+        per = [min(x[c]['epoch_s']) for x in ranks]
+        r[c] = dict(epoch_s=max(per), rank_epoch_s=per, timed_epochs=len(ranks[0][c]['epoch_s']),
+                    batches=ranks[0][c]['batches'], len=ranks[0][c]['len'], rows_per_rank=ranks[0][c]['rows'],
+                    peak_rss_mb=max(x[c]['peak_rss_mb'] for x in ranks))
+    if {'ours', 'fastai'} <= set(contenders):
+        r['fastai_over_ours'] = round(r['fastai']['epoch_s'] / r['ours']['epoch_s'], 1)
+    return r
 
 def ddp_suite(rows=(1_000_000, 10_000_000), bs=65536, nproc=2, device='cpu', contenders=tuple(CONTENDERS), epochs=2,
               warmup=1, max_s=120., threads=1, timeout=3600.) -> dict:
     """Per rank, a shuffled `drop_last` loader epoch of Criteo-like packed rows (168 B a row) for each row count, in
     `nproc` processes started by torchrun (gloo on 127.0.0.1; NCCL with `device='cuda'`, one GPU a rank): this
-    package's wrapper, fastai's `DistributedDL` path and the single-process loader, timed in rounds (`_worker`). Per
+    package's wrapper, fastai's `DistributedDL` path and the single-process loader, timed in rounds (`rank_epochs`). Per
     contender: each rank's best timed epoch and the slowest rank's (a step waits for it), batches out against `len()`,
     peak RSS in its warm-up epoch (only the first contender's is clean: memory freed is not always returned)."""
     bad = [c for c in contenders if c not in CONTENDERS]
@@ -123,16 +145,7 @@ def ddp_suite(rows=(1_000_000, 10_000_000), bs=65536, nproc=2, device='cpu', con
                 os.killpg(p.pid, signal.SIGKILL)   # torchrun and its ranks: none left waiting on the others
                 raise
             if p.returncode: raise RuntimeError(f'the {nproc}-rank run of {n:,} rows failed:\n{err[-4000:]}')
-            ranks = [json.loads((Path(out)/f'rank{r}.json').read_text()) for r in range(nproc)]
-        r = {'wall_s': round(time.perf_counter() - t0, 1)}
-        for c in contenders:
-            per = [min(x[c]['epoch_s']) for x in ranks]
-            r[c] = dict(epoch_s=max(per), rank_epoch_s=per, timed_epochs=len(ranks[0][c]['epoch_s']),
-                        batches=ranks[0][c]['batches'], len=ranks[0][c]['len'], rows_per_rank=ranks[0][c]['rows'],
-                        peak_rss_mb=max(x[c]['peak_rss_mb'] for x in ranks))
-        if {'ours', 'fastai'} <= set(contenders):
-            r['fastai_over_ours'] = round(r['fastai']['epoch_s'] / r['ours']['epoch_s'], 1)
-        res[str(n)] = r
+            res[str(n)] = {'wall_s': round(time.perf_counter() - t0, 1), **rank_results(out, nproc, contenders)}
     return dict(nproc=nproc, bs=bs, device=device, contenders={c: CONTENDERS[c] for c in contenders}, rows=res)
 
 def add_args(group):

@@ -26,6 +26,8 @@ from fasttransform import Pipeline
 
 from ..backend import (
     col_to_tensor,
+    float_casts,
+    float_dtypes,
     is_cudf,
     is_dask,
     is_numeric_dtype,
@@ -45,6 +47,7 @@ from ..checks import (
     default_y_block,
     multi_hot_columns,
     nan_as_null,
+    raw_columns,
 )
 from ..core import TabularGPU
 from ..data import BatchDataLoaders
@@ -187,7 +190,9 @@ class TabularDask(TabularGPU):
         if y_block is None and self.y_names: y_block = default_y_block([meta[n].dtype for n in self.y_names])
         procs = add_y_procs(procs, y_block, do_setup)
         self.cat_names, self.cont_names, self.procs = cat_names, cont_names, Pipeline(procs)
+        self._raw_columns = raw_columns(procs, cat_names, cont_names, y_names)   # numbers the shrink leaves as they are
         with dask_progress('TabularDask scan', None, progress): self.items, self.scan = self._scan(items, reduce_memory)
+        self.float_dtypes = float_dtypes(self.items._meta, cat_names + cont_names + y_names)   # as `TabularGPU` keeps
         if do_setup: check_rows(int(self.scan.rows.sum()))
         self.split = int(self.scan.rows[0])
         if do_setup: self.setup()
@@ -318,8 +323,12 @@ class TabularDask(TabularGPU):
         kw = dict(do_setup=False, reduce_memory=False, y_block=TransformBlock(), multi_hot=self.multi_hot,
                   procs=self.procs, cat_names=self.cat_names, cont_names=self.cont_names, y_names=self.y_names,
                   device=self.device)
-        if is_dask(df): return TabularDask(df, chunk_dir=None, **kw)
-        return TabularGPU(df, inplace=inplace, **kw)
+        if is_dask(df):   # its floats cast to the training frame's before the scan, which counts them as cast
+            casts = float_casts(df._meta, self.float_dtypes)
+            res = TabularDask(df.astype(casts) if casts else df, chunk_dir=None, **kw)
+        else: res = TabularGPU(df, inplace=inplace, **kw)
+        res.float_dtypes = self.float_dtypes   # the training frame's, which `process` casts its floats to
+        return res
 
     def new_empty(self):
         return self.new(pd.DataFrame({}, columns=[c for c in self.items.columns if c != self.split_col]))
@@ -353,8 +362,11 @@ class TabularDask(TabularGPU):
 
     def _before_procs(self, setup=False):
         """Bad input fails here, naming the columns, before the long work: +-inf, NaN that no FillMissing will fill, and
-        `<cont>_na` names FillMissing will not make; from the scan's counts."""
+        `<cont>_na` names FillMissing will not make; from the scan's counts. A later frame's floats are cast (lazily)
+        to the training frame's dtypes first, as `TabularGPU` casts them: their facts are then counted again."""
         self._packed = {}
+        casts = {} if setup else float_casts(self.items._meta, self.float_dtypes)
+        if casts: self.items, self.scan = self.items.astype(casts), self.scan.rewritten(casts)
         facts = self.cont_facts([n for n in self.cont_names if n in self.items.columns])   # a proc's columns come later
         check_inf({n: f.inf for n,f in facts.items()})
         if not self._has(FillMissing): check_unfilled_nan([n for n,f in facts.items() if f.nan_all], has_fill=False)

@@ -214,10 +214,9 @@ def test_errors():
     with pytest.raises(TypeError, match="continuous column 'f64' has dtype Float64"):
         TabularGPU(dd.from_pandas(df.astype({'f64': 'Float64'}), npartitions=2), splits='is_valid', **kw())
 
-@pytest.mark.cudf
+@pytest.mark.cudf(needs=['dask_cudf'])   # skipped without it; FGT_REQUIRE_GPU=1: the run fails instead
 def test_dask_cudf(built):
     "cuDF partitions (dask-cudf): fastai's state bit for bit, and the codes the pandas partitions give."
-    pytest.importorskip('dask_cudf', reason='needs dask-cudf')
     to, tp, ddf = built
     with dask.config.set({'dataframe.convert-string': False}):
         tc = TabularGPU(ddf.to_backend('cudf'), procs=[Categorify, FillMissing, Normalize], cat_names=list(CATS),

@@ -9,7 +9,7 @@ import torch
 
 dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
 import dask.dataframe as dd
-from fastai.tabular.all import Categorify, ColSplitter, Normalize
+from fastai.tabular.all import Categorify, ColSplitter, FillMissing, Normalize
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.preprocessing import TargetEncoder
 from fastai_gpu_tabular.all import TabularDask, TabularGPU, TargetEncode
@@ -101,11 +101,12 @@ def test_out_of_fold_is_in_memorys_and_sklearns(adult, case, folds, seed, smooth
     np.testing.assert_array_equal(got_val, ref.transform(va[names].astype(object)))
 
 def test_out_of_fold_then_normalize_packs_the_in_memory_rows(adult):
-    "Normalize learns its scale from the out-of-fold values it is set up on: the packed rows are the in-memory ones."
+    """Normalize learns its scale from the out-of-fold values it is set up on, and FillMissing (which reads from the
+    scan which conts hold NaN: the encoded ones never do) leaves them: the packed rows are the in-memory ones."""
     names = ['education', 'occupation']
     ddf = _uneven(adult, 6, 4)
     mem = ddf.compute()
-    kw = lambda: dict(procs=[TargetEncode(names, folds=5, seed=2), Categorify, Normalize], cat_names=names,
+    kw = lambda: dict(procs=[TargetEncode(names, folds=5, seed=2), Categorify, FillMissing, Normalize], cat_names=names,
                       cont_names=['fnlwgt'], y_names='income')
     to = TabularGPU(ddf, splits='is_valid', progress=False, **kw())
     tg = TabularGPU(mem, splits=ColSplitter('is_valid')(mem), **kw())

@@ -1,0 +1,310 @@
+"""Every python and shell block of the user docs (README.md, docs/) runs as written, each found by its marker
+(tests/recipes.py), on the data it names or on data the package ships. A block that leaves names to the reader (`df`,
+`cats`, `to`, `learn`...) gets them from shipped data; what the block's comments claim is checked where it is cheap.
+The multi-process ones run under torchrun and accelerate on gloo, the Keras one in its own Python (Keras reads its
+backend once), the demo command against a stand-in venv. tests/test_install.py runs the install blocks."""
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import numpy as np
+import pytest
+import torch
+from recipes import ROOT, recipe, recipes, unmarked
+
+STAR = 'from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n'
+ADULT_CATS, ADULT_CONTS = ['workclass', 'education', 'gender'], ['age', 'fnlwgt', 'hours-per-week']
+
+def run_block(name, star=STAR, **names) -> dict:
+    "The reader's namespace after the star imports, `names`, then the block `name`, all run here."
+    from fastai.tabular.all import set_seed
+    ns = {}
+    exec(star, ns)
+    ns.update(names)
+    set_seed(0)
+    exec(compile(recipe(name), f'<recipe {name}>', 'exec'), ns)
+    return ns
+
+def flights(nrows):
+    "The demo's flights, their target named `label` as the quick start names it, and its column names."
+    from fastai_gpu_tabular.__main__ import flights_task
+    df, names = flights_task(nrows=nrows)
+    return df.rename(columns={'disrupted': 'label'}), names['cat_names'], names['cont_names']
+
+def adult_to():
+    "The small-frame example's Tabular: Adult, its columns and procs."
+    from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
+    from fastai_gpu_tabular.all import Categorify, TabularGPU, load_adult
+    df = load_adult()
+    return TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=ADULT_CATS, cont_names=ADULT_CONTS,
+                      y_names='income', splits=RandomSplitter(seed=0)(range_of(df)))
+
+def ml100k(genres_sep=None):
+    "MovieLens 100K with `liked` (a rating of 4 or 5); genres as lists, or joined by `genres_sep`."
+    from fastai_gpu_tabular.datasets import load_movielens_100k
+    df = load_movielens_100k()
+    df['liked'] = df.rating >= 4
+    if genres_sep: df['genres'] = df.genres.str.join(genres_sep)
+    return df
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    "Blocks write files (model.pkl, lr_find's models/, saved folders) where they run: a temporary folder."
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+def test_every_code_block_is_named_and_tested():
+    "Each python and shell block has a marker, each marked block a test that runs it (or says why it cannot)."
+    assert unmarked() == [], 'python/shell blocks without a <!-- recipe: NAME --> line above them'
+    tests = ''.join(p.read_text() for p in (ROOT/'tests').rglob('test_*.py'))
+    used = set(re.findall(r"(?:recipe|run_block)\('([\w-]+)'", tests))
+    assert set(recipes()) - used == set(), 'marked blocks that no test runs'
+
+def _call(block, fn) -> str:
+    "The `to = fn(...)` statement of a block, without comments or spaces."
+    text = re.sub(r'#[^\n]*', '', block)
+    m = re.search(rf'to = {fn}\((.*?)\)\s*\n', text, re.S)
+    return re.sub(r'\s+', '', m.group(1))
+
+def test_fastai_block_and_quick_start_differ_by_one_name():
+    """The opening claim: the quick start's TabularGPU call is fastai's TabularPandas call with one name changed, and
+    on the same rows both learn the same state (fastai's block runs as written, on flights)."""
+    from fastai.tabular.all import RandomSplitter, range_of, set_seed
+    from fastai_gpu_tabular.all import TabularGPU
+    assert _call(recipe('fastai-tabularpandas'), 'TabularPandas') == _call(recipe('quick-start'), 'TabularGPU')
+    df, cats, conts = flights(20_000)
+    fa = run_block('fastai-tabularpandas', star='from fastai.tabular.all import *\n', df=df, cats=cats,
+                   conts=conts)['to']
+    set_seed(0)   # as run_block: RandomSplitter draws from torch's generator, so this is the block's split
+    ours = TabularGPU(df, procs=fa.procs.fs.map(type), cat_names=cats, cont_names=conts, y_names='label',
+                      splits=RandomSplitter()(range_of(df)))
+    assert ours.items.index.equals(fa.items.index)   # the same rows, train first
+    assert list(ours.cat_names) == list(fa.cat_names)
+    assert {n: list(v) for n,v in ours.classes.items()} == {n: list(v) for n,v in fa.classes.items()}
+    assert ours.means == fa.means and ours.stds == fa.stds and ours.na_dict == fa.na_dict
+
+def test_small_frame_example(workdir):
+    """The small-frame example runs as written and learns: at least 50 steps an epoch, and a validation loss below the
+    class prior's (predicting the training share of '>50K' for every row)."""
+    ns = run_block('small-frame')
+    learn, dls = ns['learn'], ns['dls']
+    assert len(dls.train) >= 50
+    p = dls.train_ds.packed('cpu')[2].double().mean()
+    y = dls.valid_ds.packed('cpu')[2].double()
+    prior = -(y * p.log() + (1 - y) * (1 - p).log()).mean().item()
+    assert learn.recorder.values[-1][1] < prior - 0.05, (learn.recorder.values[-1], prior)
+
+@pytest.mark.slow
+def test_lamb_recipe(workdir):
+    """The LAMB recipe on the small frame's Tabular: 10+ steps an epoch, and the learning rate peaks after the 20
+    warm-up steps (fastai's one-cycle reaches its top at `pct_start`); a fixed bs of 204,800 stopped it here."""
+    ns = run_block('lamb', to=adult_to())
+    learn, dls = ns['learn'], ns['dls']
+    assert len(dls.train) >= 10 and dls.train.bs < len(ns['to'].train)
+    lrs = np.array(learn.recorder.lrs)
+    assert len(lrs) == 5 * len(dls.train) and lrs.argmax() == 20
+    assert np.isfinite(learn.recorder.values[-1]).all()
+
+def test_multi_hot_recipe(workdir):
+    "The multi-hot recipe on MovieLens 100K: a validation set (it had none: no splits), and a validation loss."
+    ns = run_block('multi-hot')
+    learn, to = ns['learn'], ns['to']
+    assert len(to.valid) > 0 and len(learn.dls.valid) > 0
+    assert to.bag_widths['genres'] > 1 and np.isfinite(learn.recorder.values[-1][1])
+
+def test_hashing_recipe():
+    "The hashing recipe runs, and its last comment's columns and table sizes are the ones it makes."
+    block = recipe('hashing')
+    ns = run_block('hashing')
+    to = ns['to']
+    names, sizes = re.search(r'# cat_names: (.*): tables of (.*)', block).groups()
+    assert list(to.cat_names) == names.split(', ')
+    sizes = [int(s.replace(',', '')) for s in sizes.split(', ') if s != '...']
+    assert [len(to.classes[n]) for n in to.cat_names][:len(sizes)] == sizes
+
+def test_target_encoding_recipe(workdir):
+    "The target-encoding recipe runs and trains; the columns, encodings and mean its comments print are its own."
+    block = recipe('target-encoding')
+    ns = run_block('target-encoding')
+    to, te = ns['to'], ns['te']
+    assert repr(list(to.cont_names)) == re.search(r'to\.cont_names +# (.*)', block).group(1)
+    shown = re.search(r'# by movie: (.*)', block).group(1).split(', ')
+    assert [f'{v:.6f}' for v in te.encodings['movieId'].iloc[:3, 0]] == shown
+    assert f'{te.target_mean:.4f}...' == re.search(r'te\.target_mean +# (.*)', block).group(1)
+    assert np.isfinite(ns['learn'].recorder.values[-1]).all()
+
+def test_metrics_recipe(workdir):
+    "The metrics recipe on MovieLens 100K (users as the ranking groups): every metric in the fit table, finite."
+    from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
+    from fastai_gpu_tabular.all import Categorify, TabularGPU
+    df = ml100k().iloc[:30_000]   # the first 30,000 ratings in time: 3 epochs of them are enough to rank
+    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['user_id', 'item_id'],
+                    cont_names=['age'], y_names='liked', splits=RandomSplitter(seed=0)(range_of(df)))
+    learn = run_block('metrics', dls=to.dataloaders(bs=2048))['learn']
+    names = learn.recorder.metric_names
+    assert all(n in names for n in ('auc', 'log_loss', 'mrr', 'ndcg@10', 'hit_rate@10')), names
+    assert np.isfinite(learn.recorder.values[-1]).all()
+
+# --- several processes --------------------------------------------------------------------------------------------
+TRAIN_PRE = f'''
+from fastai_gpu_tabular.datasets import load_adult
+df = load_adult().rename(columns={{'income': 'label'}})
+cats, conts = {ADULT_CATS!r}, {ADULT_CONTS!r}
+'''
+TRAIN_POST = '''
+import json
+from fastai.torch_core import num_distrib, rank_distrib
+with open(f'rank{rank_distrib()}.json', 'w') as f:
+    json.dump({'world': num_distrib(), 'preds': len(preds), 'valid': len(to.valid)}, f)
+'''
+LAUNCH_TIMEOUT = 600   # seconds for a 2-process run on a shared, loaded 2-core machine; nothing waits longer
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+def launch(cmd, cwd) -> str:
+    "Run a launcher in its own process group, killed whole past the time limit; its output."
+    env = {**os.environ, 'OMP_NUM_THREADS': '1',
+           'PYTHONPATH': os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')])}
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try: out,_ = p.communicate(timeout=LAUNCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        pytest.fail(f'{cmd} took over {LAUNCH_TIMEOUT} s:\n{p.communicate()[0][-4000:]}')
+    assert p.returncode == 0, f'{cmd}\n{out[-6000:]}'
+    return out
+
+def launch_command(tool) -> list:
+    "The README's command for `tool`, with 2 processes (not 8), on a port of its own: other runs share the machine."
+    line, = [l for l in recipe('launch').splitlines() if l.startswith(tool)]
+    args = line.split()
+    assert args[-1] == 'train.py' and '8' in args, line
+    args = [a if a != '8' else '2' for a in args]
+    if tool == 'torchrun':
+        return [sys.executable, '-m', 'torch.distributed.run', *args[1:-1], '--rdzv-backend', 'c10d',
+                '--rdzv-endpoint', '127.0.0.1:0', 'train.py']
+    return [sys.executable, '-m', 'accelerate.commands.launch', *args[2:-1], '--main_process_port', str(free_port()),
+            'train.py']
+
+@pytest.mark.slow
+@pytest.mark.parametrize('tool', ['torchrun', 'accelerate launch'])
+def test_train_py_on_two_processes(tool, tmp_path):
+    """The multi-GPU train.py, as written, on two CPU processes (gloo) with the README's launch command: both ranks
+    train, every validation row comes back once on each, and rank 0 exports a learner that loads and predicts.
+    `learn.distrib_ctx()` stopped on CPUs (`'TabularModelGPU' object has no attribute 'device'`), and `accelerate
+    launch --num_processes` started one process."""
+    pytest.importorskip('accelerate', reason="fastai's distrib_ctx needs accelerate (the test extra installs it)")
+    (tmp_path/'train.py').write_text(TRAIN_PRE + recipe('train-py') + TRAIN_POST)
+    launch(launch_command(tool), tmp_path)
+    ranks = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in range(2)]
+    assert all(r['world'] == 2 and r['preds'] == r['valid'] > 0 for r in ranks), ranks
+    from fastai.learner import load_learner
+    from fastai_gpu_tabular.datasets import load_adult
+    learn = load_learner(tmp_path/'model.pkl', cpu=True)
+    rows = load_adult().iloc[:100]
+    with learn.no_bar(): preds,_ = learn.get_preds(dl=learn.dls.test_dl(rows))
+    assert preds.shape == (100, 2)
+
+# --- Dask, save/load, deploy, Keras ---------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_dask_recipe(workdir):
+    """The Dask recipe on Criteo-like parquet parts in criteo/: it trains on fastai's default device (it named
+    'cuda', which a CPU machine lacks), predicts raw rows and exports."""
+    pytest.importorskip('dask', reason='the dask extra (the test extra installs it)')
+    from fastai.tabular.all import default_device
+    from fastai_gpu_tabular.datasets import criteo_names, criteo_parts
+    criteo_parts(workdir/'criteo', 12_000, part_rows=4_000, max_card=500)
+    cats, conts, _ = criteo_names()
+    ns = run_block('dask', cats=cats, conts=conts)
+    assert ns['dls'].device == default_device() and len(ns['dl'].dataset) == len(ns['rows']) == 1000
+    assert (workdir/'model.pkl').exists() and (workdir/'criteo_chunks').is_dir()
+
+@pytest.mark.slow
+def test_save_load_recipe(workdir):
+    "The save/load recipe: processed once, loaded, trained, and new raw ratings encoded by the loaded procs."
+    from fastai_gpu_tabular.all import TabularGPU, load_movielens
+    ns = run_block('save-load', new_ratings=load_movielens().iloc[:500])
+    assert isinstance(ns['to'], TabularGPU) and (workdir/'ml_processed'/'tabular.json').exists()
+    assert np.isfinite(ns['learn'].recorder.values[-1]).all()
+    assert len(ns['dls'].test_dl(ns['new_ratings']).dataset) == 500
+
+def test_deploy_recipe(workdir):
+    "The deploy recipe on a learner of the small frame: the ONNX graph's probabilities are get_preds', as it says."
+    pytest.importorskip('onnxruntime', reason='the onnx extra (the test extra installs it)')
+    from fastai_gpu_tabular.all import load_adult, tabular_learner
+    to = adult_to()
+    learn = tabular_learner(to.dataloaders(bs=512), layers=[32])
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+    new_df = load_adult().iloc[:2000]
+    ns = run_block('deploy', learn=learn, new_df=new_df)
+    with learn.no_bar(): preds,_ = learn.get_preds(dl=learn.dls.test_dl(new_df))
+    torch.testing.assert_close(torch.as_tensor(ns['probs']), preds)   # float32's tolerance: same math, other kernels
+
+KERAS_PRE = '''
+from fastai.tabular.all import *
+from fastai_gpu_tabular.all import *
+df = load_movielens_100k()
+df['liked'] = df.rating >= 4
+to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['user_id', 'item_id', 'genres'],
+                cont_names=['age'], y_names='liked', splits=RandomSplitter(seed=0)(range_of(df)))
+dls = to.dataloaders(bs=4096)
+'''
+
+@pytest.mark.slow
+def test_keras_recipe(tmp_path):
+    "The Keras recipe on MovieLens 100K (multi-hot genres), on Keras' torch backend, in a Python of its own."
+    if importlib.util.find_spec('keras') is None: pytest.skip('keras is not installed (the `keras` extra)')
+    script = KERAS_PRE + recipe('keras') + "\nprint('val_loss', model.history.history['val_loss'][-1])\n"
+    env = {k: v for k,v in os.environ.items() if k != 'KERAS_BACKEND'}   # the block chooses it
+    r = subprocess.run([sys.executable, '-c', script], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env={**env, 'PYTHONPATH': os.pathsep.join([str(ROOT), env.get('PYTHONPATH', '')])})
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert np.isfinite(float(r.stdout.split('val_loss')[-1]))
+
+def test_keras_tf_block_names_what_it_runs():
+    "The TensorFlow block installs the `tf` extra (1.5 GB installed) to run tests/test_keras.py: that file runs here."
+    cmds = recipe('keras-tf')
+    assert 'pip install -e ".[test,tf]"' in cmds and 'python -m pytest tests/test_keras.py' in cmds
+    assert (ROOT/'tests'/'test_keras.py').exists()
+    pytest.skip('installing tensorflow-cpu takes a 261 MB download and 1.5 GB: tests/test_keras.py runs the '
+                'TensorFlow case wherever it is installed')
+
+# --- the demo command -------------------------------------------------------------------------------------------------
+SHIM = '''#!/bin/sh
+# a stand-in venv's {name}: pip calls are logged, not run; anything else goes to the real Python
+if [ "{name}" = pip ] || {{ [ "$1" = -m ] && [ "$2" = pip ]; }}; then echo "{name} $*" >> "$PIP_LOG"; exit 0; fi
+exec {python} "$@"
+'''
+
+def test_demo_command_installs_once(tmp_path):
+    """`bash scripts/demo.sh` (the README's command, with arguments for a small run) in a venv it made before: the
+    first run installs (pip) and says so, the second finds nothing changed, runs no pip and says so; both run the
+    demo. A stand-in venv logs pip instead of running it (the tests read no package index)."""
+    cmd, = [l for l in recipe('demo-command').splitlines() if l.strip()]
+    assert cmd == 'bash scripts/demo.sh'
+    venv = tmp_path/'venv'
+    (venv/'bin').mkdir(parents=True)
+    (venv/'bin'/'activate').write_text(f'export PATH="{venv}/bin:$PATH"\n')
+    for name in ('python', 'pip'):
+        (venv/'bin'/name).write_text(SHIM.format(name=name, python=sys.executable))
+        (venv/'bin'/name).chmod(stat.S_IRWXU)
+    env = {**os.environ, 'VENV': str(venv), 'PIP_LOG': str(tmp_path/'pip.log'),
+           'PYTHONPATH': os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')])}
+    env.pop('PANDAS', None)
+    outs = []
+    for _ in range(2):
+        r = subprocess.run([*cmd.split(), '--rows', '3000', '--epochs', '1'], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        outs.append((r.stdout, (tmp_path/'pip.log').read_text().count('\n')))
+    (first, pips), (second, pips_after) = outs
+    assert 'installing into' in first and pips >= 3 and 'validation: accuracy' in first
+    assert 'no pip' in second and pips_after == pips and 'validation: accuracy' in second
