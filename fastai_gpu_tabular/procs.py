@@ -32,6 +32,7 @@ from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, 
 __all__ = ['Categorify', 'register_procs', 'register_proc', 'LazyCategoryMap', 'category_map', 'freq_values',
            'keep_frequent', 'quantile_from_counts', 'bag_width', 'buckets_of', 'learn_bucket_counts', 'vocab_values',
            'vocab_index', 'categorify_codes', 'operand_dtype']
+# also public, not star-exported (generic names): `fill_value`, `normalize_stats` (the Dask procs' in-memory cases)
 
 class Categorify(fatc.Categorify):
     """fastai's `Categorify`, plus options for huge ID columns: values seen fewer than `min_freq` times in the training
@@ -211,7 +212,8 @@ def _categorify_decodes(self, to):
         if n not in to.multi_hot: to.set_col(n, take_values(self.classes[n].items, to.items[n]))
 
 # --- FillMissing --------------------------------------------------------------------------------------------------
-def _fill_value(strategy, col, fill, name):
+def fill_value(strategy, col, fill, name):
+    "FillMissing's fill value of column `col` (`name`) by `strategy` (`fill`: the constant), checked."
     computed = strategy is not FillStrategy.constant
     if computed and not col.notna().any(): v = None   # pandas' mode would fail in `idxmax` rather than say this
     # cuDF has no `idxmax` for fastai's mode (`value_counts().idxmax()`): counted on the device, with pandas' tie rule
@@ -225,7 +227,7 @@ def _fill_value(strategy, col, fill, name):
 def _fillmissing_setups(self, to):
     strategy = getattr(FillStrategy, self.fill_strategy) if isinstance(self.fill_strategy, str) else self.fill_strategy
     missing = [n for n in to.cont_names if to.items[n].isna().any()]
-    self.na_dict = {n: _fill_value(strategy, to.items[n], self.fill_vals[n], n) for n in missing}
+    self.na_dict = {n: fill_value(strategy, to.items[n], self.fill_vals[n], n) for n in missing}
     self.fill_strategy = strategy.__name__
 
 def _fillmissing_encodes(self, to):
@@ -237,7 +239,7 @@ def _fillmissing_encodes(self, to):
         if self.add_col and n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')
 
 # --- Normalize ----------------------------------------------------------------------------------------------------
-def _stats(conts) -> tuple:
+def normalize_stats(conts) -> tuple:
     """fastai's `dict(conts.mean())` and `dict(conts.std(ddof=0)+1e-7)`. On cuDF, which reduces a float32 column in
     float32 and refuses a bool column next to numbers, each column is reduced in float64 and rounded as pandas rounds:
     to float32 for a float32 column (pandas' `std` is float64 inside), then to the frame's result dtype (float32 only
@@ -252,7 +254,7 @@ def _stats(conts) -> tuple:
 
 def _normalize_setups(self, to):
     # a plain Transform: `setups` gets the whole object
-    self.means,self.stds = _stats(to.train.items[list(to.cont_names)])
+    self.means,self.stds = normalize_stats(to.train.items[list(to.cont_names)])
     return self(to)
 
 def operand_dtype(d:dict) -> np.dtype:

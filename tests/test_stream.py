@@ -223,7 +223,11 @@ import dask, dask.dataframe as dd, torch
 from fastai.tabular.all import Categorify, FillMissing, Normalize, CategoryBlock, Callback, tabular_learner
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.bench.machine import RSSMeter
+from fastai_gpu_tabular.dask import tabular as dask_tabular
 torch.set_num_threads(1)
+# the set-up holds the training rows' conts for the statistics up to a fixed size (`_TRAIN_CONTS_BYTES`, 512 MB),
+# whatever the budget: here the bound is on what grows with the data, so each statistic passes over the partitions
+dask_tabular._TRAIN_CONTS_BYTES = 0
 
 class Seen(Callback):
     "The `rid` column of every training batch."

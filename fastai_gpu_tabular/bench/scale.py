@@ -27,6 +27,8 @@ def add_args(g):
       help=f'a subset of {",".join(ETLS)} (none: the loaders on chunks a run left)')
     a('--part-rows', type=int, default=250_000, help='rows per parquet part (one Dask partition each)')
     a('--dask-scheduler', default='threads', help="threads, sync, processes, or a scheduler's address")
+    a('--dask-strings', choices=['arrow', 'object'], default='arrow', help="the Dask frame's strings: Arrow's (Dask's "
+      "default, `dataframe.convert-string`) or Python objects")
     a('--windows', type=int_list, default=[8, 32, 128],
       help="pieces in the stream's shuffle window: the shuffle is measured for each (the same rows in the window: "
       "smaller pieces for more of them); the loader's rows/s for the middle one")
@@ -44,8 +46,32 @@ def _digest(to) -> str:
         st.append((d, [(k, type(v).__name__, float(v).hex()) for k,v in getattr(to, d).items()]))
     return hashlib.sha1(repr(st).encode()).hexdigest()[:12]
 
+class _Passes:
+    "Counts a Dask ETL's passes over the rows (its computes) and its Parquet file reads (each partition's read)."
+    def __init__(self):
+        from dask.callbacks import Callback
+        from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
+        self.passes, self.reads, self.engine = 0, 0, ArrowDatasetEngine
+        self.read = ArrowDatasetEngine.read_partition.__func__
+        def read(cls, *a, **k):
+            self.reads += 1
+            return self.read(cls, *a, **k)
+        def start(dsk): self.passes += 1
+        self.callback, self.counting = Callback(start=start), classmethod(read)
+
+    def __enter__(self):
+        self.engine.read_partition = self.counting
+        self.callback.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.callback.__exit__(*exc)
+        self.engine.read_partition = classmethod(self.read)
+
 def etl_worker(name, data, out, opts):
-    "Parquet parts to ready rows by ETL `name`; seconds, peak RSS and the learned state's digest into the JSON `out`."
+    """Parquet parts to ready rows by ETL `name`; seconds (wall and this process's CPU, all its threads), peak RSS, the
+    Dask ETL's passes and Parquet reads, and the learned state's digest into the JSON `out`."""
+    import shutil
     import warnings
     warnings.filterwarnings('ignore')
     import torch
@@ -61,8 +87,9 @@ def etl_worker(name, data, out, opts):
                       y_names=y, y_block=CategoryBlock())
     rss, res = RSSMeter(), dict(status='ok', etl=name)
     res['baseline_rss_mb'] = round(rss.now(), 1)
+    if name == 'dask': shutil.rmtree(opts['chunk_dir'], ignore_errors=True)   # a last run's chunks: not this ETL's work
     rss.reset()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if name == 'dask':
         import dask
         import dask.dataframe as dd
@@ -71,13 +98,13 @@ def etl_worker(name, data, out, opts):
         if ':' in sched:
             from distributed import Client
             client = Client(sched)
-        # object strings, as pandas reads them: the same dtypes, so the same state as the in-memory ETLs
-        with dask.config.set({'dataframe.convert-string': False, **({} if client else {'scheduler': sched})}):
+        strings = {'dataframe.convert-string': opts.get('dask_strings', 'arrow') == 'arrow'}
+        with dask.config.set({**strings, **({} if client else {'scheduler': sched})}), _Passes() as count:
             ddf = dd.read_parquet(data)
             res['partitions'] = ddf.npartitions
-            to = TabularGPU(ddf, splits='is_valid', chunk_dir=opts['chunk_dir'], **kw())
-        res.update(build_s=round(time.perf_counter() - t0, 2), load_s=0.,
-                   packed_mb=round(sum(c.nbytes for c in to.chunks) / MB, 1))
+            to = TabularGPU(ddf, splits='is_valid', chunk_dir=opts['chunk_dir'], progress=False, **kw())
+        res.update(build_s=round(time.perf_counter() - t0, 2), load_s=0., passes=count.passes,
+                   parquet_reads=count.reads, packed_mb=round(sum(c.nbytes for c in to.chunks) / MB, 1))
     else:
         import pandas as pd
         df = pd.read_parquet(data)
@@ -89,13 +116,16 @@ def etl_worker(name, data, out, opts):
             rows = to.packed_rows()[0]
             res['packed_mb'] = round(rows.numel() * rows.element_size() / MB, 1)
         res['build_s'] = round(time.perf_counter() - t1, 2)
-    res.update(total_s=round(time.perf_counter() - t0, 2), peak_rss_mb=round(rss.peak(), 1), rows=len(to),
-               n_train=len(to.train), state=_digest(to), loadavg=[round(x, 2) for x in os.getloadavg()])
+    cpu = time.process_time() - c0
+    res.update(total_s=round(time.perf_counter() - t0, 2), cpu_s=round(cpu, 2), rows_per_cpu_s=round(len(to) / cpu),
+               peak_rss_mb=round(rss.peak(), 1), rows=len(to), n_train=len(to.train), state=_digest(to),
+               loadavg=[round(x, 2) for x in os.getloadavg()])
     Path(out).write_text(json.dumps(res))
 
 def _spawn_etl(name, data, opts, chunk_dir) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        o = dict(dask_scheduler=opts.dask_scheduler, threads=opts.threads, chunk_dir=str(chunk_dir))
+        o = dict(dask_scheduler=opts.dask_scheduler, dask_strings=opts.dask_strings, threads=opts.threads,
+                 chunk_dir=str(chunk_dir))
         code = ('import json, sys; from fastai_gpu_tabular.bench.scale import etl_worker; '
                 'etl_worker(sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]))')
         return run_child([sys.executable, '-c', code, name, str(data), f'{d}/r.json', json.dumps(o)], opts.timeout,
@@ -252,10 +282,12 @@ def scale_suite(opts) -> dict:
         ok = {k: v for k,v in r['etl'].items() if v.get('status') == 'ok'}
         r['same_state'] = len({v['state'] for v in ok.values()}) == 1 if len(ok) > 1 else None
         r['ratios'] = {f'{k}_vs_{ref}': {'total_speedup': ratio(ok[ref]['total_s'], ok[k]['total_s']),
+                                         'rows_per_cpu_s_ratio': ratio(ok[k]['rows_per_cpu_s'],
+                                                                       ok[ref]['rows_per_cpu_s']),
                                          'peak_rss_ratio': ratio(ok[k]['peak_rss_mb'], ok[ref]['peak_rss_mb'])}
                        for ref in ('fastai', 'memory') if ref in ok for k in ('memory', 'dask') if k in ok and k != ref}
     n = sizes[0]
-    if (work/f'chunks_{n}'/'train'/'chunks.json').exists():
+    if not opts.no_loader and (work/f'chunks_{n}'/'train'/'chunks.json').exists():
         train, valid = (PackedChunks(work/f'chunks_{n}'/s) for s in ('train', 'valid'))
         print(f'[scale] loaders on {n:,} rows', file=sys.stderr, flush=True)
         res['loader'] = {'rows': len(train), 'by_bs': _loaders(train, opts, device)}
@@ -284,14 +316,16 @@ def format_table(res) -> str:
     for n,r in res['sizes'].items():
         for k,e in r['etl'].items():
             if e.get('status') != 'ok':
-                rows.append([f'{int(n):,}', k, e.get('status'), '-', '-', '-', '-', e.get('reason', '')[:60]]); continue
+                rows.append([f'{int(n):,}', k, e.get('status')] + ['-'] * 7 + [e.get('reason', '')[:60]]); continue
             rows.append([f'{int(n):,}', k, 'ok', fmt(e['load_s']), fmt(e['build_s']), fmt(e['total_s']),
+                         fmt(e.get('cpu_s')), fmt(e.get('rows_per_cpu_s')), fmt(e.get('passes')),
                          f"{e['peak_rss_mb']:,.0f}", e['state'] + (' (same)' if r['same_state'] else '')])
-    out.append(table(['rows', 'ETL', 'status', 'read s', 'build+pack s', 'total s', 'peak RSS MB', 'state digest'],
-                     rows))
+    out.append(table(['rows', 'ETL', 'status', 'read s', 'build+pack s', 'total s', 'CPU s', 'rows/CPU-s', 'passes',
+                      'peak RSS MB', 'state digest'], rows))
     for n,r in res['sizes'].items():
         for k,v in r.get('ratios', {}).items():
-            out.append(f"{int(n):,} rows, {k}: {fmt(v['total_speedup'], 'x')} faster end to end, peak RSS "
+            out.append(f"{int(n):,} rows, {k}: {fmt(v['total_speedup'], 'x')} faster end to end, "
+                       f"{fmt(v.get('rows_per_cpu_s_ratio'), 'x')} the rows per CPU-second, peak RSS "
                        f"{fmt(v['peak_rss_ratio'], 'x')}")
     if 'loader' in res:
         rows = [[bs, f"{d['stream']['rows_per_s']:,.0f}", f"{d['resident']['rows_per_s']:,.0f}",

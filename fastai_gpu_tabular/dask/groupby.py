@@ -7,15 +7,17 @@ in tests/dask/test_dask_groupby.py). The conts' overall mean and std (the defaul
 (dask/stats.py)."""
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pandas as pd
 
-from ..backend import sorted_uniques, to_host, to_pandas
+from ..backend import to_host
 from ..groupby import JoinGroupby
 from ..procs import register_proc
 from ..target import category_sums
+from .scan import ContFacts
 from .stats import compute, delayed, exact_moments
-from .target import category_codes, mark_no_nan
+from .target import category_codes, training_values
 
 __all__ = ['register_dask_groupby']
 
@@ -45,13 +47,11 @@ def _chain(parts, start:dict, *args) -> dict:
 def _groupby_setups(self, to):
     self.check_columns(to)
     names, conts = self.names, self.conts
-    lazy = {('vals', n): to.cols([n])[n].dropna().unique() for n in names}
-    lazy.update({('nan', n): to.cols([n])[n].isna().any() for n in names})
-    got = {k: to_pandas(v) for k,v in zip(lazy, compute(*lazy.values()))}
-    vocabs = {n: (sorted_uniques(pd.Series(got[('vals', n)], name=n)), bool(got[('nan', n)])) for n in names}
+    vocabs = training_values(to, names)
     # the defaults: pandas' mean and std (ddof 0) of the float64 values, bit for bit
     vals = to.cols(conts).astype('float64')
-    means, stds = exact_moments(vals.to_delayed(), conts, {x: np.dtype('f8') for x in conts})
+    means, stds = exact_moments(vals.to_delayed(), conts, {x: np.dtype('f8') for x in conts},
+                                lens=to.partition_rows())
     self.defaults = {x: {'count': 0., 'mean': float(means[x]), 'std': float(stds[x])} for x in conts}
     self.check_defaults()
     src = to.cols(list(dict.fromkeys(names + conts)))
@@ -80,7 +80,9 @@ def _groupby_encodes(self, to):
     to.items = to.items.assign(**{c: out[c] for c in self.made_names})
     for c in self.made_names:
         if c not in to.cont_names: to.cont_names.append(c)
-    mark_no_nan(to, self.made_names)   # each row gets a group's statistic or the default
+    # FillMissing reads which conts hold NaN from the scan: these never do (each row gets a group's or the default)
+    scan = to.scan.rewritten(self.made_names)
+    to.scan = dataclasses.replace(scan, conts={**scan.conts, **{c: ContFacts() for c in self.made_names}})
     return to
 
 def register_dask_groupby(cls:type) -> None:

@@ -3,6 +3,7 @@ partitions exactly the state they learn from the same rows in memory (dask/stats
 ones (procs.py) on each partition, lazily, so the codes, fills and normalised values are the in-memory ones."""
 from __future__ import annotations
 
+import dataclasses
 import weakref
 import numpy as np
 import pandas as pd
@@ -26,24 +27,50 @@ from ..procs import (
     register_proc,
     vocab_values,
 )
+from .scan import ColumnValues
 from .stats import compute, delayed, exact_median, exact_mode, exact_moments, mean_dtype
 
 __all__ = ['register_dask_procs']
 
 _INDEXES = weakref.WeakKeyDictionary()   # Categorify -> {column: its vocabulary as a pandas Index}, in each process
+_LUTS = weakref.WeakKeyDictionary()   # Categorify -> {column: (categories, the code of each, and of a missing value)}
 
 def _vocab_index(proc, n) -> pd.Index:
     "Column `n`'s vocabulary as a pandas Index, made once per process: its hash table then serves every partition."
     d = _INDEXES.setdefault(proc, {})
-    if n not in d: d[n] = pd.Index(list(vocab_values(proc, n)), tupleize_cols=False)
+    if n not in d:
+        v = list(vocab_values(proc, n))
+        # strings as Python objects: what the vocabulary holds, without pandas 3 converting them all to Arrow's
+        d[n] = pd.Index(v, tupleize_cols=False, dtype=object if v and isinstance(v[0], str) else None)
     return d[n]
+
+def _category_codes(proc, n, col):
+    """Categorify's codes of a Categorical column (the scan's cache gives cat columns as Categoricals over the values of
+    all rows): its in-memory codes of each category, and of a missing value, computed once per process and taken by the
+    rows' category codes."""
+    d = _LUTS.setdefault(proc, {})
+    cats = col.dtype.categories
+    if n not in d or d[n][0] is not cats:
+        each = pd.Series(pd.Categorical.from_codes(np.arange(-1, len(cats)), dtype=col.dtype, validate=False))
+        # the usual case, the vocabulary is the categories: theirs is the hash table then, its lookup of itself quick
+        vocab = vocab_values(proc, n)
+        same = len(vocab) == len(cats) and np.array_equal(np.asarray(vocab, dtype=object), cats.to_numpy(dtype=object))
+        codes = categorify_codes(proc, n, each, cats if same else _vocab_index(proc, n)).to_numpy()
+        d[n] = cats, np.roll(codes, -1)   # the missing value's code last: a missing row's category code, -1, reads it
+    return pd.Series(d[n][1][col.cat.codes.to_numpy()], index=col.index, name=n)
+
+def _categorify_part(proc, n, col):
+    "Categorify's codes of a partition's column: its categories' (see `_category_codes`), else each value looked up."
+    # (an empty one, Dask's meta, has no categories to look up: its dtype is all it gives)
+    if isinstance(col.dtype, pd.CategoricalDtype) and len(col): return _category_codes(proc, n, col)
+    if not len(col): col = pd.Series([], dtype=object, index=col.index, name=col.name)
+    # the vocabulary's Index kept (a list would be hashed again each partition)
+    return categorify_codes(proc, n, col, _vocab_index(proc, n))
 
 def _apply(part, proc, names:dict):
     "`proc`'s in-memory encodes on one partition's columns, as on a `TabularGPU` of them."
     if isinstance(proc, fatc.Categorify) and not is_cudf(part):
-        # procs.py's Categorify encodes, with the vocabulary's Index kept (a list would be hashed again each partition)
-        return pd.DataFrame({n: categorify_codes(proc, n, part[n], _vocab_index(proc, n)) for n in names['cat_names']},
-                            index=part.index)
+        return pd.DataFrame({n: _categorify_part(proc, n, part[n]) for n in names['cat_names']}, index=part.index)
     t = TabularGPU(part, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
     proc(t)
     return t.items
@@ -71,9 +98,18 @@ def _encodes(self, to):
     meta = _apply(to.items[cols]._meta, self, names)   # the output's columns and dtypes, from an empty partition
     out = to.items[cols].map_partitions(_apply, dask.delayed(self), names, meta=meta)
     to.items = to.items.assign(**{c: out[c] for c in meta.columns})
+    # a HashedCross adds its crosses and leaves the columns it reads as they were: their scanned facts still hold
+    kept = set(cols) if isinstance(self, HashedCross) else set()
+    held = _held(to, names['cont_names']) if names['cont_names'] and cols == names['cont_names'] else None
+    scan = to.scan.rewritten([c for c in meta.columns if c not in kept])
+    if held is not None:   # FillMissing, Normalize: the held training conts as the partitions will be, for the next
+        done = _apply(held, self, names)
+        scan = dataclasses.replace(scan, train=scan.train.assign(**{c: done[c] for c in names['cont_names']}))
     if isinstance(self, FillMissing) and self.add_col:   # as the in-memory encodes names its `_na` columns
         for n in self.na_dict:
             if n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')
+        scan = dataclasses.replace(scan, values={**scan.values, **_na_values(self, to)})
+    to.scan = scan
     for n in getattr(self, 'made_names', ()):   # a HashedCross's columns
         if n not in to.cat_names: to.cat_names.append(n)
     return to
@@ -85,46 +121,80 @@ def _lens_hist(part, n):
 
 def _known_categories(col) -> list|None:
     "A categorical column's categories when Dask knows them (fastai takes a category column's vocab from them)."
-    return list(to_host(col._meta.cat.categories)) if getattr(col.dtype, 'name', '') == 'category' else None
+    from dask.dataframe.utils import has_known_categories
+    if getattr(col.dtype, 'name', '') != 'category' or not has_known_categories(col): return None
+    return list(to_host(col._meta.cat.categories))
 
 def _categorify_setups(self, to):
     mf, mv, mb = getattr(self, 'min_freq', None), getattr(self, 'max_vocab', None), getattr(self, 'max_bag', None)
     self.classes, self.multi_hot_lens = {}, {}
     if getattr(self, 'num_buckets', None): self.bucket_counts = learn_bucket_counts(self, to)
-    fixed, lazy, hashed = {}, {}, set()
+    fixed, lazy, hashed, hists = {}, {}, set(), {}
     for n in to.cat_names:
         col = to.cols([n])[n]
-        if n in to.multi_hot: col = col.explode()   # a list column: its elements
         if is_bucket_dtype(col.dtype): hashed.add(n)   # HashBucket's or HashedCross' buckets, all kept
-        fixed[n] = _known_categories(col) if n in hashed else to.scan.vocab.get(n) or _known_categories(col)
+        seen = to.scan.values.get(n)   # what the scan counted of the column as it came (no pass)
+        if seen is not None and n not in hashed:
+            fixed[n] = seen.vocab()
+            if mf or mv: lazy[n] = seen.counts()
+            if seen.lens is not None: hists[n] = seen.lens
+            continue
+        if n in to.multi_hot: col = col.explode()   # a list column: its elements
+        fixed[n] = _known_categories(col)
         if (mf or mv) and n not in hashed: lazy[n] = col.dropna().value_counts()
         elif fixed[n] is None: lazy[n] = col.dropna().unique(split_out=1)
-    got = compute(lazy)[0]
+    todo = {k: v for k,v in lazy.items() if not isinstance(v, pd.Series)}
+    if todo: lazy.update(compute(todo)[0])
     # list lengths of all rows (the bag width), a histogram per partition (a separate pass: Dask computes its
     # collections and delayed tasks apart)
-    hists = compute({n: [delayed(_lens_hist)(p, n) for p in to.full_items[[n]].to_delayed()]
-                     for n in to.cat_names if n in to.multi_hot})[0]
+    more = {n: [delayed(_lens_hist)(p, n) for p in to.full_items[[n]].to_delayed()]
+            for n in to.cat_names if n in to.multi_hot and n not in hists}
+    for n,h in (compute(more)[0] if more else {}).items():
+        hists[n] = np.zeros(max(len(x) for x in h), np.int64)
+        for x in h: hists[n][:len(x)] += x
     for n in to.cat_names:
-        if n in got: got[n] = to_pandas(got[n])
+        got = to_pandas(lazy[n]) if n in lazy else None
         vals = fixed[n]
-        if vals is None: vals = sorted_uniques(pd.Series(got[n].index if mf or mv else got[n].to_numpy(), name=n))
-        vals = keep_frequent(vals, got[n], mf, mv) if (mf or mv) and n not in hashed else vals
+        if vals is None: vals = sorted_uniques(pd.Series(got.index if mf or mv else got.to_numpy(), name=n))
+        vals = keep_frequent(vals, got, mf, mv) if (mf or mv) and n not in hashed else vals
         self.classes[n] = category_map(vals + bucket_labels(buckets_of(self, n)))
-        if n in hists:
-            h = hists[n]
-            hist = np.zeros(max(len(x) for x in h), np.int64)
-            for x in h: hist[:len(x)] += x
-            self.multi_hot_lens[n] = bag_width(hist, n, mb.get(n) if isinstance(mb, dict) else mb)
+        if n in hists: self.multi_hot_lens[n] = bag_width(hists[n], n, mb.get(n) if isinstance(mb, dict) else mb)
+
+def _na_values(proc, to) -> dict:
+    """{`<cont>_na`: ColumnValues} of the flags FillMissing adds, from the scan's missing counts of their conts: True
+    where a row is missing, False where not (so Categorify needs no pass over them)."""
+    rows, res = to.scan.rows, {}
+    for n in proc.na_dict:
+        f = to.scan.conts.get(n)
+        if f is None: continue
+        train = np.array([rows[0] - f.nan_train, f.nan_train], dtype=np.int64)
+        have = np.array([rows.sum() - f.nan_all, f.nan_all]) > 0
+        res[n+'_na'] = ColumnValues(np.array([False, True])[have], train[have], False)
+    return res
+
+def _held(to, names:list) -> pd.DataFrame|None:
+    "The training rows' columns `names` where the scan holds them in memory (`DaskScan.train`), else None."
+    held = getattr(to, 'scan', None) and to.scan.train
+    return held[names] if held is not None and all(n in held.columns for n in names) else None
+
+def _training_parts(trn, names:list) -> list:
+    """Columns `names` of `trn`, a training subset: one frame in memory where the scan holds them, else the delayed
+    partitions."""
+    held = _held(trn, names)
+    return [held] if held is not None else trn.cols(names).to_delayed()
 
 # --- FillMissing --------------------------------------------------------------------------------------------------
 def _fillmissing_setups(self, to):
     strategy = getattr(FillStrategy, self.fill_strategy) if isinstance(self.fill_strategy, str) else self.fill_strategy
     conts = list(to.cont_names)
-    scan = to.scan   # NaN counted by `_before_procs`, in its pass over the continuous columns
-    missing = [n for n in conts if scan.nan_train[n]]
-    check_unfilled_nan([n for n in conts if scan.nan_all[n] and not scan.nan_train[n]], has_fill=True)
-    parts = to.cols(missing).to_delayed() if missing else []
-    if strategy is FillStrategy.median: vals = exact_median(parts, missing, {n: to.items[n].dtype for n in missing})
+    facts = to.cont_facts(conts)   # the scan's missing counts
+    missing = [n for n in conts if facts[n].nan_train]
+    check_unfilled_nan([n for n in conts if facts[n].nan_all and not facts[n].nan_train], has_fill=True)
+    parts = _training_parts(to, missing) if missing else []
+    if strategy is FillStrategy.median:
+        # the scan's samples of the training values bracket the median: one pass then counts and gathers in the bracket
+        samples = {n: facts[n].samples for n in missing} if missing and all(facts[n].samples for n in missing) else None
+        vals = exact_median(parts, missing, {n: to.items[n].dtype for n in missing}, samples=samples)
     elif strategy is FillStrategy.mode: vals = exact_mode(parts, missing)
     elif strategy is FillStrategy.constant: vals = {n: self.fill_vals[n] for n in missing}
     else: raise TypeError(f"FillMissing(fill_strategy={strategy!r}) has no Dask implementation: use median, mode or "
@@ -136,7 +206,8 @@ def _fillmissing_setups(self, to):
 def _normalize_setups(self, to):
     trn, conts = to.train, list(to.cont_names)
     dtypes = {c: trn.items[c].dtype for c in conts}
-    means, stds = exact_moments(trn.cols(conts).to_delayed(), conts, dtypes) if conts else ({}, {})
+    lens = None if _held(trn, conts) is not None else trn.partition_rows()
+    means, stds = exact_moments(_training_parts(trn, conts), conts, dtypes, lens=lens) if conts else ({}, {})
     # pandas adds 1e-7 to the std Series, in its common dtype
     plus = np.array([stds[c] for c in conts], dtype=mean_dtype(list(dtypes.values()))) + 1e-7
     self.means, self.stds = means, dict(zip(conts, plus))
@@ -146,12 +217,16 @@ def _normalize_setups(self, to):
 def _categorize_setups(self, to):
     if len(to.y_names) > 0:
         n = to.y_names[0]
-        col, cats = to.train.cols([n])[n], _known_categories(to.items[n])
-        train, every = (to_pandas(u) for u in compute(col.unique(split_out=1), to.items[n].unique(split_out=1)))
-        if self.vocab is None:   # fastai's strict CategoryMap: a category column's categories seen in training
+        seen = to.scan.values.get(n)   # the target's values as the scan counted them (no pass)
+        if seen is not None:
+            vals = list(seen.values[seen.train > 0])   # fastai's strict CategoryMap: those seen in training rows
+            train, every = pd.Series(vals, dtype=object), pd.Series(seen.values, dtype=object)
+        else:
+            col, cats = to.train.cols([n])[n], _known_categories(to.items[n])
+            train, every = (to_pandas(u) for u in compute(col.unique(split_out=1), to.items[n].unique(split_out=1)))
             present = set(train.dropna())
             vals = [c for c in cats if c in present] if cats is not None else sorted_uniques(train.rename(n))
-            self.vocab = category_map(vals, add_na=False)
+        if self.vocab is None: self.vocab = category_map(vals, add_na=False)
         else: self.vocab = CategoryMap(self.vocab, sort=False, add_na=self.add_na)
         self.c = len(self.vocab)
         check_labels(n, [v for v in every.dropna() if v not in self.vocab.o2i], self.vocab.items)

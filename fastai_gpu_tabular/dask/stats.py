@@ -8,7 +8,7 @@ import pandas as pd
 from ..backend import is_cudf, to_host
 
 __all__ = ['pairwise_sum', 'SumPlan', 'exact_moments', 'exact_median', 'exact_mode']
-# also public, not star-exported (generic names): `compute`, `delayed`, `mean_dtype`
+# also public, not star-exported (generic names): `compute`, `delayed`, `run`, `mean_dtype`
 
 def compute(*tasks):
     "Compute Dask collections or delayed objects together on the active scheduler (a distributed Client if any)."
@@ -19,6 +19,12 @@ def delayed(f):
     "`f` as a Dask delayed function: pure (equal arguments, one task), its arguments passed as they are."
     import dask
     return dask.delayed(f, pure=True, traverse=False)
+
+def run(calls:list) -> tuple:
+    """Each `(f, part, *args)` of `calls`: in one Dask compute where the parts are Dask's (delayed partitions), here
+    where they are frames in memory (the training rows held for the statistics: no pass over the partitions)."""
+    if any(hasattr(c[1], 'dask') for c in calls): return compute(*[delayed(f)(*args) for f,*args in calls])
+    return tuple(f(*args) for f,*args in calls)
 
 def _xp(a):
     "NumPy or CuPy, whichever holds `a`."
@@ -182,14 +188,14 @@ def mean_dtype(dtypes):
     "The dtype of pandas' `DataFrame.mean()`/`std()` over columns of `dtypes`: float32 only if all are float32."
     return np.result_type(np.float32, *[np.float64 if np.dtype(d).kind in 'iub' else d for d in dtypes])
 
-def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0, squared:bool=False) -> tuple:
+def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0, squared:bool=False, lens=None) -> tuple:
     """`(means, stds)`: dicts as pandas' `df[cols].mean()` and `df[cols].std(ddof)` of the rows of the delayed
-    partitions `parts` put end to end: numpy's summation order, pandas' dtypes. Three passes: the partitions' lengths
-    (Dask may cut other expressions of the same frame into other partitions), the sums behind the means, the squares.
+    partitions `parts` put end to end: numpy's summation order, pandas' dtypes. Two passes: the sums behind the means,
+    then the squares; a third first counts the partitions' rows unless `lens` (their lengths) says them.
     `squared`: variances (`np.var(x, ddof=ddof)`) in place of the stds."""
-    lens = compute(*[delayed(len)(p) for p in parts])
+    if lens is None: lens = run([(len, p) for p in parts])
     n, starts = int(sum(lens)), np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(int)
-    p1 = compute(*[delayed(_moments1)(p, cols, int(s), n) for p,s in zip(parts, starts)])
+    p1 = run([(_moments1, p, cols, int(s), n) for p,s in zip(parts, starts)])
     means, avgs, counts = {}, {}, {}
     for c in cols:
         dt = np.dtype(dtypes[c])
@@ -200,7 +206,7 @@ def exact_moments(parts:list, cols:list, dtypes:dict, ddof:int=0, squared:bool=F
         with np.errstate(all='ignore'): means[c] = s / ct if cnt else np.nan
         s2 = SumPlan(n, cast=_casts(dt)).total(*_merge(r[c][2] for r in p1), np.dtype('f8'))
         with np.errstate(all='ignore'): avgs[c] = s2 / ct   # nanvar: float64 sum over a count in the float dtype
-    p2 = compute(*[delayed(_moments2)(p, cols, int(s), n, avgs) for p,s in zip(parts, starts)])
+    p2 = run([(_moments2, p, cols, int(s), n, avgs) for p,s in zip(parts, starts)])
     stds = {}
     for c in cols:
         dt = np.dtype(dtypes[c])
@@ -233,11 +239,13 @@ def _bracket(part, cols, brackets):
 
 def _middle(n): return sorted({(n - 1) // 2, n // 2})
 
-def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096) -> dict:
+def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096, samples:dict|None=None) -> dict:
     """{col: pandas' median (`Series.median()`) of the non-NaN values in the delayed partitions `parts`}, None for
-    an all-NaN column. Two passes: a sample brackets the middle ranks, then the values inside the bracket are counted
-    and gathered and the middle ones selected; a bracket that missed is widened to the side and tried again."""
-    p1 = compute(*[delayed(_sample)(p, cols, sample, i) for i,p in enumerate(parts)])
+    an all-NaN column. Two passes: a sample brackets the middle ranks (`samples`, if given: {col: per partition
+    (non-NaN values, a sorted sample of them)}, saves this one), then the values inside the bracket are counted and
+    gathered and the middle ones selected; a bracket that missed is widened to the side and tried again."""
+    if samples is not None: p1 = [{c: samples[c][i] for c in cols} for i in range(len(next(iter(samples.values()))))]
+    else: p1 = run([(_sample, p, cols, sample, i) for i,p in enumerate(parts)])
     res, todo = {}, {}
     for c in cols:
         n = sum(r[c][0] for r in p1)
@@ -253,7 +261,7 @@ def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096) -> dict:
         hi = vals[min(np.searchsorted(cw, ks[-1] + margin), len(vals) - 1)]
         todo[c] = (n, ks, lo, hi)
     while todo:
-        p2 = compute(*[delayed(_bracket)(p, list(todo), {c: t[2:] for c,t in todo.items()}) for p in parts])
+        p2 = run([(_bracket, p, list(todo), {c: t[2:] for c,t in todo.items()}) for p in parts])
         for c,(n,ks,lo,hi) in list(todo.items()):
             below, above = sum(r[c][0] for r in p2), sum(r[c][1] for r in p2)
             if below > ks[0]: todo[c] = (n, ks, -np.inf, lo); continue   # the middle lies below the bracket
@@ -272,7 +280,7 @@ def _value_counts(part, cols):
 def exact_mode(parts:list, cols:list) -> dict:
     """{col: `col.dropna().value_counts().idxmax()`} over the delayed partitions `parts`, ties broken as pandas does:
     counts summed in order of first appearance, then pandas' own sort. None for an all-NaN column."""
-    vcs = compute(*[delayed(_value_counts)(p, cols) for p in parts])
+    vcs = run([(_value_counts, p, cols) for p in parts])
     res = {}
     for c in cols:
         vc = pd.concat([v[c] for v in vcs])

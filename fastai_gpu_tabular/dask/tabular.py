@@ -5,10 +5,12 @@ fit."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 import weakref
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 import numpy as np
@@ -17,7 +19,7 @@ import torch
 from fastai.data.block import TransformBlock
 from fastai.data.transforms import Categorize, EncodedMultiCategorize, Normalize, RegressionSetup
 from fastai.tabular import core as fatc
-from fastai.tabular.core import FillMissing
+from fastai.tabular.core import FillMissing, FillStrategy
 from fastai.torch_core import default_device, display_df
 from fastcore.foundation import L
 from fasttransform import Pipeline
@@ -29,7 +31,6 @@ from ..backend import (
     is_cudf,
     is_dask,
     is_numeric_dtype,
-    sorted_uniques,
     split_lists,
     to_backend,
     to_pandas,
@@ -57,14 +58,36 @@ from ..progress import dask_progress
 from ..stream import PackedChunks, StreamDataLoader, byte_count, free_memory
 from .groupby import JoinGroupby, register_dask_groupby
 from .procs import register_dask_procs
+from .scan import (
+    CachedColumn,
+    CacheDir,
+    CachedParts,
+    ColumnValues,
+    ContFacts,
+    ScanSpec,
+    merge_values,
+    save_remaps,
+    scan_part,
+)
 from .split import valid_mask
 from .stats import compute, delayed
 from .target import TargetEncode, register_dask_target
 
 __all__ = ['TabularDask', 'DaskScan', 'valid_mask']
 
+_MEDIAN_SAMPLE = 4096   # training values a partition samples from each continuous column, to bracket the median
+# bytes of training rows' continuous columns held in memory while the procs are set up: FillMissing's median and mode
+# and Normalize's moments are then pandas' own over them, with no pass over the partitions (10M Criteo-like rows take
+# 416 MB); more, and each statistic is a pass or two over the cache (dask/stats.py)
+_TRAIN_CONTS_BYTES = 512 << 20
+
 _PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize, HashBucket,
           HashedCross, TargetEncode, JoinGroupby)
+
+def _threads() -> int:
+    "Threads for work on the host between passes: as many as Dask's local scheduler uses."
+    import dask
+    return dask.config.get('num_workers', None) or os.cpu_count() or 1
 
 def _split_spec(splits, columns) -> tuple:
     "`(column, on)` of a split given as a column name or fastai's `ColSplitter(col, on)`; `(None, None)` for no split."
@@ -84,17 +107,26 @@ def _split_spec(splits, columns) -> tuple:
     if col not in columns: raise KeyError(f"the split column {col!r} is not in the frame (it has {list(columns)[:20]})")
     return col, on
 
-def _no_flags(): return pd.Series(dtype=bool)
-
 @dataclasses.dataclass(frozen=True)
 class DaskScan:
-    """What the passes over a Dask frame's rows counted, read by the object and its procs instead of another pass: the
-    rows (train, valid), the values over all rows of the object cat columns (their vocabulary: fastai's category cast),
-    and which continuous columns hold NaN in the training rows and in any row (counted before each processing)."""
+    """What the first pass over a Dask frame's rows found (dask/scan.py), read by the object and its procs instead of
+    another pass: the rows (train, valid) in all and in each partition, the distinct values of the cat columns and
+    targets as they came (`ColumnValues`), the continuous columns' missing and +-inf counts and training samples
+    (`ContFacts`); while the procs are set up, the training rows' continuous columns, where they fit in memory
+    (`train`), for the statistics. A column's facts go when a proc rewrites it (`rewritten`)."""
     rows: np.ndarray  # int64 (train, valid)
-    vocab: dict = dataclasses.field(default_factory=dict)  # {cat name: values}
-    nan_train: pd.Series = dataclasses.field(default_factory=_no_flags)  # {cont name: NaN in the training rows}
-    nan_all: pd.Series = dataclasses.field(default_factory=_no_flags)  # {cont name: NaN in any row}
+    parts: np.ndarray|None = None  # int64 (partitions, 2): each partition's (train, valid) rows
+    values: dict = dataclasses.field(default_factory=dict)  # {column: ColumnValues}
+    conts: dict = dataclasses.field(default_factory=dict)  # {column: ContFacts}
+    cache: CachedParts|None = None  # the partitions' columns as the scan cached them
+    train: pd.DataFrame|None = None  # the training rows' continuous columns, as the procs so far left them
+
+    def rewritten(self, names) -> DaskScan:
+        "These facts without those of columns `names`, which a proc has just rewritten."
+        names = set(names)
+        train = None if self.train is None else self.train.drop(columns=[c for c in self.train if c in names])
+        return dataclasses.replace(self, values={k: v for k,v in self.values.items() if k not in names},
+                                   conts={k: v for k,v in self.conts.items() if k not in names}, train=train)
 
 class _PackedPart(NamedTuple):
     "What packing one partition gave: its rows' layout and width, and how many of them went to train/ and valid/."
@@ -110,8 +142,12 @@ def _pack_partition(part, procs, path, i, split, on, names:dict) -> _PackedPart:
     name, width = f'part.{i:05d}.npy', rows.shape[1]
     if split is None: return _PackedPart(layout, width, PackedChunks.write_rows(Path(path)/'train', name, rows), 0)
     v = col_to_tensor(valid_mask(part[split], on).astype('int8')).to(rows.device).bool()   # DLPack may lack bool
-    return _PackedPart(layout, width, PackedChunks.write_rows(Path(path)/'train', name, rows[~v]),
-                       PackedChunks.write_rows(Path(path)/'valid', name, rows[v]))
+    if rows.device.type == 'cpu':   # NumPy's row gathers: several times quicker than torch's on the CPU
+        rows, v = rows.numpy(), v.numpy()
+        train, valid = torch.from_numpy(rows[~v]), torch.from_numpy(rows[v])
+    else: train, valid = rows[~v], rows[v]
+    return _PackedPart(layout, width, PackedChunks.write_rows(Path(path)/'train', name, train),
+                       PackedChunks.write_rows(Path(path)/'valid', name, valid))
 
 class TabularDask(TabularGPU):
     """`TabularGPU` over a Dask DataFrame: the learned state is fastai's, computed exactly over the partitions; the
@@ -140,70 +176,121 @@ class TabularDask(TabularGPU):
             if not isinstance(dt, np.dtype) or not is_numeric_dtype(dt):
                 raise TypeError(f"continuous column {n!r} has dtype {dt}: on a Dask frame continuous columns need a "
                                 "NumPy numeric dtype (pandas' exact statistics are NumPy's); cast it first")
-        self.multi_hot = multi_hot_columns(self._probe(df, cat_names, multi_hot), cat_names, multi_hot)
+        # the declared multi-hot columns, and cuDF's list columns (the schema says); object lists show in the scan
+        self.multi_hot = multi_hot_columns(meta, cat_names, multi_hot)
         keep = list(dict.fromkeys(cat_names + cont_names + y_names + ([self.split_col] if self.split_col else [])))
         items = df[[c for c in keep if c in df.columns]]
-        for c in items.columns:   # categories Dask does not know (e.g. from parquet) as plain values
-            if getattr(meta[c].dtype, 'name', '') == 'category' and not items[c].cat.known:
-                items[c] = items[c].astype(meta[c].cat.categories.dtype)
         for n,sep in self.multi_hot.items():
             if sep is not None and n in items.columns: items[n] = items[n].map_partitions(split_lists, sep)
         if nan_as_null(meta): items = items.map_partitions(lambda p: p.assign(**nan_as_null(p)))
-        self._raw_columns = raw_columns(procs, cat_names, cont_names, y_names)   # numbers the shrink leaves as they are
-        with dask_progress('TabularDask scan', None, progress):
-            items, self.scan = self._scan(items, cat_names, cont_names, y_names, reduce_memory)
-        self.float_dtypes = float_dtypes(items._meta, cat_names + cont_names + y_names)   # as `TabularGPU` keeps them
-        if do_setup: check_rows(int(self.scan.rows.sum()))
-        self.items, self._packed, self._parent, self.subset_idx, self.chunks = items, {}, None, None, None
+        self._packed, self._parent, self.subset_idx, self.chunks = {}, None, None, None
         self.y_names, self.device = y_names, device
         self.chunk_dir = Path(chunk_dir) if chunk_dir is not None else Path(tempfile.mkdtemp(prefix='fgt-chunks-'))
         if chunk_dir is None: weakref.finalize(self, shutil.rmtree, str(self.chunk_dir), True)
         if y_block is None and self.y_names: y_block = default_y_block([meta[n].dtype for n in self.y_names])
         procs = add_y_procs(procs, y_block, do_setup)
         self.cat_names, self.cont_names, self.procs = cat_names, cont_names, Pipeline(procs)
+        self._raw_columns = raw_columns(procs, cat_names, cont_names, y_names)   # numbers the shrink leaves as they are
+        with dask_progress('TabularDask scan', None, progress): self.items, self.scan = self._scan(items, reduce_memory)
+        self.float_dtypes = float_dtypes(self.items._meta, cat_names + cont_names + y_names)   # as `TabularGPU` keeps
+        if do_setup: check_rows(int(self.scan.rows.sum()))
         self.split = int(self.scan.rows[0])
         if do_setup: self.setup()
 
-    @staticmethod
-    def _probe(df, cat_names, multi_hot):
-        "A few real rows of the object cat columns, where list cells show (cuDF's meta already says list)."
-        mh = set(multi_hot or ())
-        obj = [n for n in cat_names if n not in mh and n in df.columns and df._meta[n].dtype == object]
-        if not obj or is_cudf(df._meta): return df._meta
-        return df[obj].partitions[0].compute().iloc[:64]   # (Dask's `head` here takes several times longer)
+    def _has_classes(self, y:str, dtype) -> bool:
+        "Whether a proc reads target `y`'s classes (Categorize, TargetEncode of classes): the scan counts its values."
+        return any(isinstance(p, Categorize) or (isinstance(p, TargetEncode) and p.has_classes(y, dtype))
+                   for p in self.procs.fs)
 
-    def _scan(self, items, cat_names, cont_names, y_names, reduce_memory) -> tuple:
-        """`(items, scan)`: one pass over the rows gives the train/valid rows, fastai's `df_shrink` casts of `items`
-        (from the columns' min/max) and the vocabulary over all rows of object cat columns (fastai takes it from their
-        category cast), and checks the targets hold no NaN."""
-        split, on, meta = self.split_col, self.split_on, items._meta
-        named = [c for c in dict.fromkeys(cat_names + cont_names + y_names) if c in items.columns]
-        ys = [n for n in y_names if n in items.columns]
-        # the columns whose shrink depends on their values (fastai's rule on dtype names)
-        num = [c for c in named if c not in self.multi_hot
-               and getattr(meta[c].dtype, 'name', '').startswith(('int', 'uint', 'float'))]
-        # totals only (Dask may fuse partitions differently for each set of columns it reads), from one cheap column
-        cheap = split or (num + list(items.columns))[0]
-        tasks = {'rows': items[cheap].map_partitions(len).sum()}
-        if split: tasks['valid'] = valid_mask(items[split], on).sum()
-        if reduce_memory and num: tasks['min'], tasks['max'] = items[num].min(), items[num].max()
-        if ys: tasks['ynan'] = items[ys].isna().any()
-        # object/str cat columns (fastai's category cast, by dtype alone): their values over all rows are their
-        # vocabulary, read in this same pass
+    def _scan_spec(self, items, path, reduce_memory) -> ScanSpec:
+        "What the scan takes from each partition of `items` (see dask/scan.py), its columns going to `path`."
+        from dask.dataframe.utils import has_known_categories
+        meta, cols = items._meta, list(items.columns)
+        cats, conts, ys = ([n for n in names if n in cols] for names in (self.cat_names, self.cont_names, self.y_names))
+        known = [c for c in cols if isinstance(meta[c].dtype, pd.CategoricalDtype) and has_known_categories(meta[c])]
+        # the numbers whose shrink depends on their values (fastai's rule on dtype names)
+        shrink = [c for c in dict.fromkeys(cats + conts + ys) if reduce_memory and c not in self.multi_hot
+                  and getattr(meta[c].dtype, 'name', '').startswith(('int', 'uint', 'float'))]
+        median = any(isinstance(p, FillMissing) and p.fill_strategy in (FillStrategy.median, 'median')
+                     for p in self.procs.fs)
+        classes = [y for y in ys if not is_numeric_dtype(meta[y].dtype) or self._has_classes(y, meta[y].dtype)]
+        return ScanSpec(str(path), cols, self.split_col, self.split_on, distinct=frozenset(cats + classes),
+                        lists=frozenset(n for n in self.multi_hot if n in cols), known=frozenset(known),
+                        conts=frozenset(conts), shrink=frozenset(shrink), ys=frozenset(ys),
+                        sample=_MEDIAN_SAMPLE if median else 0)
+
+    def _shrink_casts(self, items, spec:ScanSpec, res:list) -> tuple:
+        """`(casts, all_rows)`: fastai's `df_shrink` casts of the numbers (from their min and max over all rows), and
+        the cat columns it casts to category (by dtype alone: object or str), whose vocabulary is every row's values."""
+        meta, named = items._meta, [c for c in items.columns if c in spec.distinct or c in spec.conts or c in spec.ys]
         proxy = to_pandas(items._meta_nonempty[named]).iloc[:2].reset_index(drop=True)
-        cats = [c for c,t in self._shrink_dtypes(proxy, cat_names, cont_names, y_names).items()
-                if t == 'category' and c in cat_names] if reduce_memory else []
-        for c in cats: tasks[('uniq', c)] = items[c].unique(split_out=1)
-        res = {k: to_pandas(v) for k,v in zip(tasks, compute(*tasks.values()))}
-        rows = np.array([res['rows'] - res.get('valid', 0), res.get('valid', 0)], dtype=np.int64)
-        if ys: check_targets(res['ynan'].to_dict())
-        if not reduce_memory: return items, DaskScan(rows)
-        # fastai's df_shrink_dtypes on the stand-in frame: each column's dtype, and its min and max where they matter
-        for c in num: proxy[c] = pd.Series([res['min'][c], res['max'][c]]).astype(meta[c].dtype)
-        casts = self._shrink_dtypes(proxy, cat_names, cont_names, y_names)
-        vocab = {c: sorted_uniques(res[('uniq', c)].rename(c)) for c in cats}
-        casts = {c: t for c,t in casts.items() if t != 'category'}
-        return (items.astype(casts) if casts else items), DaskScan(rows, vocab)
+        for c in named:   # categories Dask does not know (e.g. from parquet): the values' dtype, as in memory
+            if isinstance(meta[c].dtype, pd.CategoricalDtype) and c not in spec.known:
+                proxy[c] = proxy[c].astype(meta[c].cat.categories.dtype)
+        for c in spec.shrink:
+            lo, hi = ([v for r in res if not pd.isna(v := r['cols'][c][k])] for k in ('min', 'max'))
+            proxy[c] = pd.Series([min(lo), max(hi)] if lo else [np.nan] * 2).astype(meta[c].dtype)
+        casts = self._shrink_dtypes(proxy, self.cat_names, self.cont_names, self.y_names)
+        return ({c: t for c,t in casts.items() if t != 'category'},
+                {c for c,t in casts.items() if t == 'category' and c in self.cat_names})
+
+    def _scan(self, items, reduce_memory) -> tuple:
+        """`(items, scan)`: pass A (dask/scan.py). Each partition of `items` read once: its columns into a cache in
+        `chunk_dir`, which `items` is then read from, and the facts the procs need (`DaskScan`); the targets checked for
+        NaN, and fastai's `df_shrink` casts (from the numbers' min and max) applied to the cache as it is read."""
+        import dask
+        import dask.dataframe as dd
+        self.chunk_dir.mkdir(parents=True, exist_ok=True)
+        cache = CacheDir(tempfile.mkdtemp(prefix='scan-', dir=self.chunk_dir))
+        spec = self._scan_spec(items, cache.path, reduce_memory)
+        res = compute(*[delayed(scan_part)(p, i, spec) for i,p in enumerate(items.to_delayed())])
+        meta, cols = items._meta, spec.columns
+        parts = np.array([r['rows'] for r in res], dtype=np.int64).reshape(-1, 2)
+        check_targets({y: any(r['cols'][y]['nan'] for r in res) for y in cols if y in spec.ys})
+        stores = {c: {r['cols'][c]['store'] for r in res} for c in cols}
+        for c,st in stores.items():
+            if len(st) > 1: raise TypeError(f"column {c!r} holds lists in some partitions only: make it all lists "
+                                            "(a multi-hot column) or all values")
+            if st == {'lists'} and c in self.cat_names and c not in self.multi_hot: self.multi_hot[c] = None
+        casts, all_rows = self._shrink_casts(items, spec, res) if reduce_memory and parts.sum() else ({}, set())
+        # each column's values merged, on threads (Arrow's hashing and sorting run outside the GIL)
+        merge = [c for c in cols if c not in spec.known and (c in spec.distinct or stores[c] != {'values'})]
+        with ThreadPoolExecutor(_threads()) as ex:
+            merged = dict(zip(merge, ex.map(lambda c: merge_values(c, [r['cols'][c]['distinct'] for r in res],
+                                                                  casts.get(c)), merge)))
+        values, columns = {}, {}
+        for j,c in enumerate(cols):
+            store, dt = next(iter(stores[c])), meta[c].dtype
+            if c in spec.known:   # fastai's vocabulary: every category, in their order
+                vals = np.array(list(dt.categories), dtype=object)
+                train = np.sum([r['cols'][c]['distinct'][1] for r in res], axis=0, dtype=np.int64)
+                columns[c] = CachedColumn('codes', dt)
+            elif c in merged:
+                vals, train, remaps = merged[c]
+                if store != 'values': save_remaps(cache.path, j, remaps)
+            if store == 'values': columns[c] = CachedColumn('values', np.dtype(casts.get(c, dt)))
+            elif store == 'lists': columns[c] = CachedColumn('lists', np.dtype(object), True, vals)
+            elif c in spec.known: pass
+            elif c in self.cat_names:   # a Categorical over every row's values
+                columns[c] = CachedColumn('codes', pd.CategoricalDtype(pd.Index(vals, dtype=object)), True,
+                                          known=False)
+            else:   # a target, the split column: their own values
+                own = dt.categories.dtype if isinstance(dt, pd.CategoricalDtype) else dt
+                columns[c] = CachedColumn('codes', own, True, vals)
+            if c in spec.distinct:
+                hists = [r['cols'][c]['hist'] for r in res if 'hist' in r['cols'][c]]
+                hist = np.zeros(max(map(len, hists), default=0), np.int64)
+                for h in hists: hist[:len(h)] += h
+                values[c] = ColumnValues(vals, train, any(r['cols'][c].get('nan_train', False) for r in res),
+                                         c in all_rows or c in spec.known, hist if hists else None)
+        conts = {c: ContFacts(*(sum(r['cols'][c]['cont'][k] for r in res) for k in ('nan_train', 'nan_all', 'inf')),
+                              tuple(r['cols'][c]['cont']['sample'] for r in res) if spec.sample else None)
+                 for c in cols if c in spec.conts}
+        reader = CachedParts(cache, columns, [r['index'] for r in res], meta.index.name,
+                             'cudf' if is_cudf(meta) else 'pandas')
+        with dask.config.set({'dataframe.convert-string': False}):   # the cache's dtypes are the source's
+            items = dd.from_map(reader, range(len(res)), meta=reader.meta(), label='fgt-scan')
+        return items, DaskScan(parts.sum(0), parts, values, conts, reader)
 
     # --- the object and its subsets -------------------------------------------------------------------------------
     def __len__(self):
@@ -236,7 +323,10 @@ class TabularDask(TabularGPU):
         kw = dict(do_setup=False, reduce_memory=False, y_block=TransformBlock(), multi_hot=self.multi_hot,
                   procs=self.procs, cat_names=self.cat_names, cont_names=self.cont_names, y_names=self.y_names,
                   device=self.device)
-        res = TabularDask(df, chunk_dir=None, **kw) if is_dask(df) else TabularGPU(df, inplace=inplace, **kw)
+        if is_dask(df):   # its floats cast to the training frame's before the scan, which counts them as cast
+            casts = float_casts(df._meta, self.float_dtypes)
+            res = TabularDask(df.astype(casts) if casts else df, chunk_dir=None, **kw)
+        else: res = TabularGPU(df, inplace=inplace, **kw)
         res.float_dtypes = self.float_dtypes   # the training frame's, which `process` casts its floats to
         return res
 
@@ -250,27 +340,56 @@ class TabularDask(TabularGPU):
         raise NotImplementedError("decode a TabularDask's rows through an in-memory copy of some of them: "
                                   "to.new(to.items.head(n).compute()).decode()")
 
+    def partition_rows(self) -> np.ndarray:
+        "Rows of each partition of this object's frame (its subset's rows), from the scan: a pass need not count them."
+        p = self.scan.parts
+        return p.sum(1) if self.subset_idx is None else p[:, self.subset_idx]
+
+    def cont_facts(self, names:list) -> dict:
+        """{name: ContFacts} of continuous columns: the scan's, else (a column a proc made) counted now, in one pass
+        over them all, and kept."""
+        todo = [n for n in names if n not in self.scan.conts]
+        if todo:
+            f = self.full_items
+            x = f[todo]
+            train = x if self.split_col is None else x[~valid_mask(f[self.split_col], self.split_on)]
+            floats = [c for c in todo if x[c].dtype.kind == 'f']
+            nan, tnan, inf = (to_pandas(r).to_dict() for r in compute(x.isna().sum(), train.isna().sum(),
+                                                                      (x[floats].abs() == np.inf).sum()))
+            got = {n: ContFacts(int(tnan[n]), int(nan[n]), int(inf.get(n, 0))) for n in todo}
+            self.scan = dataclasses.replace(self.scan, conts={**self.scan.conts, **got})
+        return {n: self.scan.conts[n] for n in names}
+
     def _before_procs(self, setup=False):
         """Bad input fails here, naming the columns, before the long work: +-inf, NaN that no FillMissing will fill, and
-        `<cont>_na` names FillMissing will not make; one pass over the continuous columns. A later frame's floats are
-        cast (lazily) to the training frame's dtypes first, as `TabularGPU` casts them."""
+        `<cont>_na` names FillMissing will not make; from the scan's counts. A later frame's floats are cast (lazily)
+        to the training frame's dtypes first, as `TabularGPU` casts them: their facts are then counted again."""
         self._packed = {}
         casts = {} if setup else float_casts(self.items._meta, self.float_dtypes)
-        if casts: self.items = self.items.astype(casts)
-        self.scan = dataclasses.replace(self.scan, nan_train=_no_flags(), nan_all=_no_flags())
-        if not len(self.cont_names): return
-        x = self.items[[n for n in self.cont_names if n in self.items.columns]]   # a proc's columns come later
-        train = x if self.split_col is None else x[~valid_mask(self.items[self.split_col], self.split_on)]
-        floats = [c for c in x.columns if x[c].dtype.kind == 'f']
-        nan, train_nan, inf = (to_pandas(r) for r in compute(x.isna().any(), train.isna().any(),
-                                                             (x[floats].abs() == np.inf).sum()))
-        self.scan = dataclasses.replace(self.scan, nan_train=train_nan, nan_all=nan)   # FillMissing's setups read them
-        check_inf(inf.to_dict())
-        if not self._has(FillMissing): check_unfilled_nan(list(nan[nan].index), has_fill=False)
-        check_na_names(self.cat_names, self.items.columns, self.procs, setup, lambda c: bool(train_nan[c]))
+        if casts: self.items, self.scan = self.items.astype(casts), self.scan.rewritten(casts)
+        facts = self.cont_facts([n for n in self.cont_names if n in self.items.columns])   # a proc's columns come later
+        check_inf({n: f.inf for n,f in facts.items()})
+        if not self._has(FillMissing): check_unfilled_nan([n for n,f in facts.items() if f.nan_all], has_fill=False)
+        check_na_names(self.cat_names, self.items.columns, self.procs, setup,
+                       lambda c: bool(self.cont_facts([c])[c].nan_train))
+
+    def _hold_training_conts(self):
+        """Put the training rows' continuous columns in `scan.train` if a proc learns statistics of them and they fit
+        in `_TRAIN_CONTS_BYTES`: read from the scan's cache (the page cache), no pass over the partitions."""
+        stats = any(isinstance(p, Normalize) or (isinstance(p, FillMissing) and p.fill_strategy not in
+                                                 (FillStrategy.constant, 'constant')) for p in self.procs.fs)
+        names, cache = [n for n in self.cont_names if n in self.scan.conts], self.scan.cache
+        if not (stats and names and cache): return
+        size = self.scan.rows[0] * sum(np.dtype(cache.columns[n].dtype).itemsize for n in names)
+        if size <= _TRAIN_CONTS_BYTES: self.scan = dataclasses.replace(self.scan, train=cache.training(names, int(self.scan.rows[0])))
 
     def setup(self):
-        with self._progress('setup'): self._before_procs(setup=True); self.procs.setup(self); self._write()
+        with self._progress('setup'):
+            self._before_procs(setup=True)
+            self._hold_training_conts()
+            self.procs.setup(self)
+            self.scan = dataclasses.replace(self.scan, train=None)   # its memory back before the write
+            self._write()
     def process(self):
         with self._progress('process'): self._before_procs(); self.procs(self); self._write()
     def _progress(self, what):

@@ -20,10 +20,11 @@ from ..target import (
     fold_ids,
     m_smoothed,
 )
+from .scan import ContFacts
 from .split import valid_mask
 from .stats import compute, delayed, exact_moments
 
-__all__ = ['register_dask_target', 'category_codes', 'mark_no_nan']
+__all__ = ['register_dask_target', 'category_codes', 'training_values']
 
 _ALL = -1   # the fold key of the statistic of all training rows
 _ROW = '__target_encode_row__'   # each training row's position among them, a column while encoding
@@ -56,49 +57,55 @@ def category_codes(part, n:str, vocab:list, nan:bool):
     c = to_host(encode_codes(part[n], vocab, add=0)).to_numpy().astype('int64')
     return np.where(c < 0, len(vocab), c) if nan else c
 
-def mark_no_nan(to, names:list):
-    "Record in `to.scan` that the conts `names` a proc made hold no NaN: FillMissing reads that there, not in a pass."
-    nan, scan = pd.Series(False, index=names, dtype=bool), to.scan
-    to.scan = dataclasses.replace(scan, nan_train=pd.concat([scan.nan_train.drop(nan.index, errors='ignore'), nan]),
-                                  nan_all=pd.concat([scan.nan_all.drop(nan.index, errors='ignore'), nan]))
-
-def _sums_step(state:dict, part, folds, y:str, kind:str, classes, vocabs:dict, what:str, means:dict|None=None) -> dict:
-    """One partition's rows added, in row order, onto `state` ({(fold, name, target column): running sums}): the
-    targets ('sums'), ones ('counts', for m-smoothing), or squared deviations from the category means ('ssd'). Fold
-    `_ALL` takes every row; fold f the rows of the other folds (`folds`: this partition's rows' folds)."""
+def _sums_step(state:dict, part, folds, y:str, kind:str, classes, vocabs:dict, means:dict|None=None) -> dict:
+    """One partition's rows added, in row order, onto `state` ({(what, fold, name, target column): running sums}): the
+    targets ('sums'), ones ('counts', for m-smoothing), or squared deviations from the category means `means` ('ssd').
+    Fold `_ALL` takes every row; fold f the rows of the other folds (`folds`: this partition's rows' folds)."""
     ys = _targets(part, y, kind, classes)
-    rows = {f: None if f == _ALL else folds != f for f in dict.fromkeys(f for f,_,_ in state)}
+    rows = {f: None if f == _ALL else folds != f for f in dict.fromkeys(f for _,f,_,_ in state)}
     res = {}
     for n,(vocab,nan) in vocabs.items():
         codes, k = category_codes(part, n, vocab, nan), len(vocab) + nan
         for t in ys.columns:
             w = ys[t].to_numpy()
-            if what == 'counts': w = np.ones(len(w))
             for f,r in rows.items():
                 c, v = (codes, w) if r is None else (codes[r], w[r])
-                if what == 'ssd':
-                    d = v.astype('f8') - means[(f, n, t)][c]
-                    v = d * d
-                res[(f, n, t)] = category_sums(c, v, k, state[(f, n, t)])
+                for what in ('sums', 'counts', 'ssd'):
+                    if (what, f, n, t) not in state: continue
+                    if what == 'sums': x = v
+                    elif what == 'counts': x = np.ones(len(v))
+                    else:
+                        d = v.astype('f8') - means[(f, n, t)][c]
+                        x = d * d
+                    res[(what, f, n, t)] = category_sums(c, x, k, state[(what, f, n, t)])
     return res
 
 def _chain(parts, folds:list, start:dict, *args) -> dict:
-    "`_sums_step` over the partitions in order, each onto the sums of those before: a pass, partition after partition."
+    """`_sums_step` over the partitions in order, each onto the sums of those before: a pass, partition after partition;
+    `{(fold, name, target column): sums}` of each kind of `start`'s."""
     state = start
     for p,f in zip(parts, folds): state = delayed(_sums_step)(state, p, f, *args)
-    return compute(state)[0]
+    got = compute(state)[0]
+    return {w: {k[1:]: v for k,v in got.items() if k[0] == w} for w in dict.fromkeys(k[0] for k in got)}
+
+def training_values(to, names:list) -> dict:
+    """{name: (the values of its training rows, sorted; whether they hold a missing one)} of `to`'s columns `names`:
+    the scan's counts of the columns as they came, else one pass over those a proc made or rewrote."""
+    res = {n: (v.training(), v.nan_train) for n in names if (v := to.scan.values.get(n)) is not None}
+    todo = [n for n in names if n not in res]
+    if not todo: return res
+    lazy = {('vals', n): to.cols([n])[n].dropna().unique() for n in todo}
+    lazy.update({('nan', n): to.cols([n])[n].isna().any() for n in todo})
+    got = {k: to_pandas(v) for k,v in zip(lazy, compute(*lazy.values()))}
+    return {**res, **{n: (sorted_uniques(pd.Series(got[('vals', n)], name=n)), bool(got[('nan', n)])) for n in todo}}
 
 def _target_setups(self, to):
     names, y = self.check_names(to)
     dtype = to.items[y].dtype
     cls = self.has_classes(y, dtype)
-    lazy = {('vals', n): to.cols([n])[n].dropna().unique() for n in names}
-    lazy.update({('nan', n): to.cols([n])[n].isna().any() for n in names})
-    if cls: lazy['classes'] = to.cols([y])[y].unique()
-    got = {k: to_pandas(v) for k,v in zip(lazy, compute(*lazy.values()))}
-    self.target_classes = sorted_uniques(pd.Series(got['classes'], name=y)) if cls else None
+    vocabs = training_values(to, names + [y] if cls else names)
+    self.target_classes = vocabs.pop(y)[0] if cls else None
     kind = self.target_type_ = self.kind_of(y)
-    vocabs = {n: (sorted_uniques(pd.Series(got[('vals', n)], name=n)), bool(got[('nan', n)])) for n in names}
     n_classes = len(self.target_classes) if cls else 0
     tcols = ['y'] if kind != 'multiclass' else [f'y{i}' for i in range(n_classes)]
     src = to.cols(list(dict.fromkeys(names + [y])))
@@ -117,7 +124,8 @@ def _target_setups(self, to):
         # the target's mean and variance (scikit-learn's np.mean, np.var), pairwise as NumPy adds them
         ys = src.map_partitions(_targets, y, kind, self.target_classes,
                                 meta=_targets(src._meta, y, kind, self.target_classes))
-        means, var = exact_moments(ys.to_delayed(), tcols, {t: ys[t].dtype for t in tcols}, squared=True)
+        means, var = exact_moments(ys.to_delayed(), tcols, {t: ys[t].dtype for t in tcols}, squared=True,
+                                   lens=to.partition_rows())
         moments = {_ALL: ({t: float(means[t]) for t in tcols}, {t: float(var[t]) for t in tcols})}
         folds, fold_parts = None, [None] * len(parts)
     means = {t: moments[_ALL][0][t] for t in tcols}
@@ -125,18 +133,19 @@ def _target_setups(self, to):
     keys = [(f, n, t) for f in moments for n in names for t in tcols]
     k = {n: len(v) + nan for n,(v,nan) in vocabs.items()}
     mean, var = (lambda f, t: moments[f][0][t]), (lambda f, t: moments[f][1][t])
-    if self.smooth == 'auto':
-        sums = _chain(parts, fold_parts, {(f, n, t): np.zeros(k[n]) for f,n,t in keys}, *args, 'sums')
-        counts = _chain(parts, fold_parts, {(f, n, t): np.zeros(k[n]) for f,n,t in keys}, *args, 'counts')
+    zeros = lambda what: {(what, f, n, t): np.zeros(k[n]) for f,n,t in keys}
+    if self.smooth == 'auto':   # the sums and counts in one pass, then the squared deviations from their means
+        got = _chain(parts, fold_parts, {**zeros('sums'), **zeros('counts')}, *args)
+        sums, counts = got['sums'], got['counts']
         cat_means = {key: category_means(sums[key], counts[key]) for key in keys}
-        ssd = _chain(parts, fold_parts, {(f, n, t): np.zeros(k[n]) for f,n,t in keys}, *args, 'ssd', cat_means)
+        ssd = _chain(parts, fold_parts, zeros('ssd'), *args, cat_means)['ssd']
         enc = {(f, n, t): auto_smoothed(cat_means[(f, n, t)], counts[(f, n, t)], ssd[(f, n, t)], var(f, t),
                                         mean(f, t)) for f,n,t in keys}
     else:   # started at m * mean and m, as in memory
         m = float(self.smooth)
-        sums = _chain(parts, fold_parts, {(f, n, t): np.full(k[n], m * mean(f, t)) for f,n,t in keys}, *args, 'sums')
-        counts = _chain(parts, fold_parts, {(f, n, t): np.full(k[n], m) for f,n,t in keys}, *args, 'counts')
-        enc = {(f, n, t): m_smoothed(sums[(f, n, t)], counts[(f, n, t)], mean(f, t)) for f,n,t in keys}
+        got = _chain(parts, fold_parts, {**{('sums', f, n, t): np.full(k[n], m * mean(f, t)) for f,n,t in keys},
+                                         **{('counts', f, n, t): np.full(k[n], m) for f,n,t in keys}}, *args)
+        enc = {(f, n, t): m_smoothed(got['sums'][(f, n, t)], got['counts'][(f, n, t)], mean(f, t)) for f,n,t in keys}
     table = lambda f, n: np.stack([enc[(f, n, t)] for t in tcols], 1)
     self.encodings, self._oof = {}, {}
     for n,(vocab,nan) in vocabs.items():
@@ -182,9 +191,14 @@ def _target_encodes(self, to):
                                                       dask.delayed(dict(self._oof)), meta=meta)
     else: out = src.map_partitions(_encode_part, dask.delayed(self), meta=meta)
     to.items = to.items.assign(**{c: out[c] for c in self.made_names})
+    to.scan = to.scan.rewritten(self.made_names)
+    # each row's values come from the tables (or are the target's mean): finite tables, no NaN for FillMissing to count
+    tables = [self.target_mean, *(e.to_numpy('f8') for e in self.encodings.values()),
+              *(t for _,t in (self._oof or {}).values())]
+    if all(np.isfinite(t).all() for t in tables):
+        to.scan = dataclasses.replace(to.scan, conts={**to.scan.conts, **{c: ContFacts() for c in self.made_names}})
     for c in self.made_names:
         if c not in to.cont_names: to.cont_names.append(c)
-    mark_no_nan(to, self.made_names)   # each row gets a category's encoding or the mean
     return to
 
 def register_dask_target(cls:type) -> None:

@@ -1,0 +1,308 @@
+"""The first pass over a Dask frame's rows, which every later pass reads instead of the source: each partition is read
+once, the facts fastai's procs need are taken from it, and its columns go to a cache on disk, numbers as they are,
+everything else as codes into the partition's own distinct values (`pd.factorize`, or Arrow's `dictionary_encode`
+for Arrow strings, outside the GIL). So no Parquet page is decoded, and no string hashed, twice.
+
+What a partition gives (`_scan_part`): its training and validation rows; for each continuous column its missing and
++-inf counts and a sample of its training values (the median's bracket); for the numbers fastai's `df_shrink` casts,
+their min and max; for each cat column (and a target with classes) its distinct values with their training-row counts
+(a list column's elements, and its list lengths). The partitions' distinct values are then merged on the host, a
+column at a time, into fastai's vocabulary order (`ColumnValues`), and each partition's codes remapped into it once.
+
+`CachedParts` reads the cache back as the partitions of a Dask frame: numbers cast as `df_shrink` casts them, cat
+columns as pandas Categoricals over the sorted distinct values of all rows (what fastai's category cast makes in
+memory), so that encoding a partition looks up its codes, not its strings. Peak memory is a partition's columns in
+the pass, then the distinct values of one column on the host; the cache on disk is about the size of the source's
+columns uncompressed (cat columns as 1-4 byte codes)."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import uuid
+import weakref
+from pathlib import Path
+from typing import Any, NamedTuple
+import numpy as np
+import pandas as pd
+
+from ..backend import codes_dtype, explode_lists, holds_strings, is_cudf, is_list_dtype, to_backend, to_pandas
+from ..checks import nan_as_null
+from .split import valid_mask
+
+__all__ = ['ColumnValues', 'ContFacts', 'ScanSpec', 'scan_part', 'merge_values', 'save_remaps', 'CacheDir',
+           'CachedColumn', 'CachedParts']
+
+@dataclasses.dataclass(frozen=True)
+class ColumnValues:
+    """A raw column's distinct values over all rows in fastai's vocabulary order (sorted, or a categorical's categories
+    in their order), how many training rows hold each (a list column: how many of their elements), and whether its
+    training rows hold a missing value; for a list column, how many rows (all of them) have lists of each length."""
+    values: np.ndarray
+    train: np.ndarray  # int64, one a value
+    nan_train: bool
+    all_rows: bool = False  # the vocabulary is every value: a categorical's categories, or fastai's category cast
+    lens: np.ndarray|None = None  # np.bincount of the list lengths (a missing list counts 1)
+
+    def vocab(self) -> list:
+        "fastai's vocabulary of the column: every value (`all_rows`), else those the training rows hold."
+        return list(self.values if self.all_rows else self.values[self.train > 0])
+
+    def training(self) -> list:
+        "The values the training rows hold, sorted (as `sorted_uniques` gives the distinct values of a column)."
+        v = self.values[self.train > 0]
+        return list(v) if v.dtype != object else sorted(v)
+
+    def counts(self) -> pd.Series:
+        "Training-row counts by value, for `keep_frequent`."
+        return pd.Series(self.train, index=pd.Index(list(self.values), dtype=object, tupleize_cols=False))
+
+@dataclasses.dataclass(frozen=True)
+class ContFacts:
+    "A continuous column's missing values (training rows, all rows), +-inf count, and each partition's training sample."
+    nan_train: int = 0
+    nan_all: int = 0
+    inf: int = 0
+    samples: tuple|None = None  # per partition: (non-missing training values, a sorted float64 sample of them)
+
+class ScanSpec(NamedTuple):
+    "What `scan_part` takes from each partition, and where its columns go."
+    path: str
+    columns: list  # the frame's columns: file `j` holds column `columns[j]`
+    split: str|None
+    on: Any
+    distinct: frozenset  # columns whose distinct values and training counts are taken: cats, targets with classes
+    lists: frozenset  # declared multi-hot columns (undeclared ones are found: object cells that are lists)
+    known: frozenset  # categorical columns whose categories Dask knows (codes into them, the same in every partition)
+    conts: frozenset  # continuous columns: missing and +-inf counts
+    shrink: frozenset  # numbers whose min and max fastai's `df_shrink` reads
+    ys: frozenset  # targets: whether they hold missing values
+    sample: int  # training values sampled from each continuous column (0: none)
+
+def _numbers(dtype) -> bool:
+    "NumPy numbers (and dates), which the cache keeps as they are."
+    return isinstance(dtype, np.dtype) and dtype.kind in 'biufmM'
+
+def _arrow_strings(col):
+    "The Arrow array of a column of Arrow strings (pandas' `str`/`string[pyarrow]`, `pd.ArrowDtype(string)`), or None."
+    import pyarrow as pa
+    dt = col.dtype
+    if not ((isinstance(dt, pd.StringDtype) and dt.storage == 'pyarrow') or (isinstance(dt, pd.ArrowDtype) and (
+            pa.types.is_string(dt.pyarrow_dtype) or pa.types.is_large_string(dt.pyarrow_dtype)))): return None
+    a = col.array.__arrow_array__()
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+
+def _factorize(col) -> tuple:
+    """`(codes, distinct)` of a host column: int codes (-1: missing) into its distinct values, Arrow strings where they
+    are strings (Arrow's hash, outside the GIL, for a column of Arrow strings), else a NumPy array."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    a = _arrow_strings(col)
+    if a is not None:
+        d = a.dictionary_encode()   # its values as large strings: those of every partition then concatenate
+        return pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), d.dictionary.cast(pa.large_string())
+    codes, uniq = pd.factorize(col.to_numpy() if col.dtype == object else col)
+    uniq = np.asarray(uniq)
+    if uniq.dtype == object and len(uniq) and pd.api.types.infer_dtype(uniq, skipna=False) == 'string':
+        uniq = pa.array(uniq, type=pa.large_string())   # compact, as the Arrow columns' values are
+    return codes, uniq
+
+def _counts(codes, train, k) -> np.ndarray:
+    "How many training rows hold each of `k` values, from the rows' `codes` (-1: missing)."
+    return np.bincount(codes[train & (codes >= 0)], minlength=k).astype(np.int64)
+
+def _save(d:Path, name:str, a:np.ndarray): np.save(d/f'{name}.npy', a, allow_pickle=False)
+
+def _cont_facts(x:np.ndarray, train:np.ndarray, sample:int, seed:int) -> dict:
+    "A continuous column's missing and +-inf counts, and a sorted sample of its training values (as float64)."
+    f = x.dtype.kind == 'f'
+    nan = np.isnan(x) if f else np.zeros(len(x), bool)
+    r = dict(nan_train=int((nan & train).sum()), nan_all=int(nan.sum()), inf=int(np.isinf(x).sum()) if f else 0)
+    if sample:
+        v = x[train & ~nan]
+        s = np.random.default_rng(seed).choice(v, sample, replace=False) if len(v) > sample else v
+        r['sample'] = (len(v), np.sort(s.astype('f8')))
+    return r
+
+def _scan_column(col, train:np.ndarray, d:Path, j:int, name:str, spec:ScanSpec, seed:int) -> dict:
+    "Column `name` of a partition into file `j` of `d`; what the procs need to know of it."
+    r = {'nan': bool(col.isna().any())} if name in spec.ys else {}
+    if _numbers(col.dtype):
+        x = col.to_numpy()
+        _save(d, str(j), x)
+        r['store'] = 'values'
+        if name in spec.shrink: r['min'], r['max'] = col.min(), col.max()
+        if name in spec.conts: r['cont'] = _cont_facts(x, train, spec.sample, seed)
+        if name in spec.distinct:
+            codes, uniq = pd.factorize(x)
+            r.update(distinct=(uniq, _counts(codes, train, len(uniq))), nan_train=bool((train & (codes < 0)).any()))
+        return r
+    if name in spec.known:   # codes into the categories Dask knows: the same in every partition
+        codes = col.cat.codes.to_numpy()
+        _save(d, str(j), codes)
+        r.update(store='codes', distinct=(None, _counts(codes, train, len(col.cat.categories))),
+                 nan_train=bool((train & (codes < 0)).any()))
+        return r
+    if name in spec.lists or is_list_dtype(col):
+        if holds_strings(col): raise TypeError(f"multi-hot column {name!r} holds strings: give its separator, e.g. "
+                                               f"multi_hot={{{name!r}: '|'}}")
+        elems, lens = explode_lists(col)
+        codes, uniq = _factorize(elems)
+        _save(d, str(j), codes.astype(codes_dtype(len(uniq))))
+        _save(d, f'{j}.lens', np.where(col.isna().to_numpy(), -1, lens))
+        r.update(store='lists', hist=np.bincount(lens),
+                 distinct=(uniq, _counts(codes, train[elems.index.to_numpy()], len(uniq))))
+        return r
+    codes, uniq = _factorize(col)
+    _save(d, str(j), codes.astype(codes_dtype(len(uniq))))
+    r.update(store='codes', distinct=(uniq, _counts(codes, train, len(uniq))),
+             nan_train=bool((train & (codes < 0)).any()))
+    return r
+
+def _save_index(index:pd.Index, d:Path):
+    "A partition's row index: a RangeIndex as its range, others in a file (NumPy values, or Arrow's for strings)."
+    if isinstance(index, pd.RangeIndex): return ('range', index.start, index.stop, index.step)
+    if _numbers(index.dtype):
+        _save(d, 'index', index.to_numpy())
+        return ('npy',)
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    feather.write_feather(pa.table({'index': pa.array(np.asarray(index))}), d/'index.arrow',
+                          compression='uncompressed')
+    return ('arrow', index.dtype)
+
+def scan_part(part, i:int, spec:ScanSpec) -> dict:
+    """Pass A on partition `i`: its columns written to `spec.path`/part.{i}, and what the procs need to know of them:
+    training and validation rows, and each column's facts (see the module's docstring)."""
+    if is_cudf(part): part = to_pandas(part)   # the cache holds host arrays (a cuDF frame's come back to the device)
+    d = Path(spec.path)/f'part.{i:05d}'
+    d.mkdir(parents=True, exist_ok=True)
+    valid = (np.zeros(len(part), bool) if spec.split is None else
+             valid_mask(part[spec.split], spec.on).to_numpy(dtype=bool, na_value=False))
+    train = ~valid
+    if valid.any(): _save(d, 'valid', valid)   # the training rows, for `CachedParts.training`
+    cols = {c: _scan_column(part[c], train, d, j, c, spec, i) for j,c in enumerate(spec.columns)}
+    return dict(rows=(int(train.sum()), int(valid.sum())), index=_save_index(part.index, d), cols=cols)
+
+# --- the partitions' distinct values merged --------------------------------------------------------------------------
+def _sort_order(u:np.ndarray, name:str) -> np.ndarray:
+    "The order that sorts distinct values `u` as `sorted_uniques` does: numbers, strings (code points), other objects."
+    if u.dtype != object: return np.argsort(u, kind='stable')
+    if pd.api.types.infer_dtype(u, skipna=False) == 'string': return np.argsort(u.astype(str), kind='stable')
+    try: return np.array(sorted(range(len(u)), key=u.__getitem__), dtype=np.int64)
+    except TypeError:
+        kinds = sorted({type(o).__name__ for o in u})
+        raise TypeError(f"column {name!r} mixes value types {kinds}: cast it to one type first") from None
+
+def merge_values(name:str, pieces:list, cast=None) -> tuple:
+    """`(values, train, remaps)` of column `name` from its partitions' `(distinct values, training counts)`: the
+    distinct values of all partitions, sorted (cast first to `cast`, fastai's `df_shrink` dtype, which may merge some),
+    their training counts, and for each partition the codes of its own values among them (`codes_dtype` ints)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    counts = np.concatenate([c for _,c in pieces]) if pieces else np.zeros(0, np.int64)
+    lens = [len(c) for _,c in pieces]
+    arrow = any(isinstance(u, pa.Array) for u,_ in pieces) and all(isinstance(u, pa.Array) or not len(u)
+                                                                     for u,_ in pieces)
+    if arrow:   # Arrow strings: one hash over the partitions' values, then one sort, outside the GIL
+        us = [u if isinstance(u, pa.Array) else pa.array([], type=pa.large_string()) for u,_ in pieces]
+        d = pa.concat_arrays(us).dictionary_encode()
+        idx, order = d.indices.to_numpy(zero_copy_only=False), pc.sort_indices(d.dictionary).to_numpy()
+        values = d.dictionary.take(order).to_numpy(zero_copy_only=False)   # Python strings
+    else:
+        us = [np.array(u.to_pylist(), dtype=object) if isinstance(u, pa.Array) else np.asarray(u) for u,_ in pieces]
+        allv = np.concatenate(us) if us else np.zeros(0, object)
+        if cast is not None: allv = allv.astype(cast)
+        idx, u = pd.factorize(allv)
+        u = np.asarray(u)
+        order = _sort_order(u, name)
+        values = u[order]
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    codes = rank[idx].astype(codes_dtype(len(order)))
+    train = np.bincount(codes, weights=counts, minlength=len(order)).astype(np.int64)
+    return values, train, np.split(codes, np.cumsum(lens)[:-1]) if lens else []
+
+def save_remaps(path, j:int, remaps:list):
+    "Each partition's codes remap of column `j`, with -1 (a missing value) kept -1, next to its codes."
+    for i,r in enumerate(remaps): _save(Path(path)/f'part.{i:05d}', f'{j}.remap', np.append(r, r.dtype.type(-1)))
+
+# --- the cache read back -------------------------------------------------------------------------------------------
+class CacheDir:
+    "The cache's folder, removed when the last reader of it is gone (a pickled copy, in another process, owns nothing)."
+    def __init__(self, path, owner:bool=True):
+        self.path = Path(path)
+        if owner: weakref.finalize(self, shutil.rmtree, str(path), True)
+    def __reduce__(self): return type(self), (str(self.path), False)
+
+class CachedColumn(NamedTuple):
+    "How a cached column is read: `store` ('values', 'codes', 'lists'), and what it becomes."
+    store: str
+    dtype: Any  # the dtype it is presented in (a Categorical's, for cat columns)
+    remap: bool = False  # codes of the partition's own values, remapped into the merged ones
+    values: Any = None  # decoded columns (targets, the split) and lists: the merged values, as an object array
+    known: bool = True  # a Categorical whose categories Dask knows (else, the merged values: too many to hash)
+
+class CachedParts:
+    """The cache as the partitions of a Dask frame (`dd.from_map` calls it with a partition's number and the columns
+    it needs): numbers cast as fastai's `df_shrink` casts them, cat columns as Categoricals over the merged values,
+    targets and the split column decoded to their own dtype, list columns as lists, on the frame's backend."""
+    def __init__(self, cache, columns:dict, index:list, index_name, backend:str):
+        self.cache, self.columns, self.index, self.index_name, self.backend = cache, columns, index, index_name, backend
+        self.token = uuid.uuid4().hex   # the cache is this object's alone: no need to hash its values
+
+    def __dask_tokenize__(self): return self.token
+
+    def _column(self, d:Path, j:int, c:CachedColumn):
+        x = np.load(d/f'{j}.npy')
+        if c.store == 'values': return x if x.dtype == c.dtype else x.astype(c.dtype)
+        if c.remap: x = np.load(d/f'{j}.remap.npy')[x]
+        if c.store == 'lists':   # a missing list holds one missing element (`explode_lists`)
+            lens = np.load(d/f'{j}.lens.npy')
+            vals = pd.api.extensions.take(c.values, x.astype(np.intp), allow_fill=True)
+            res = np.empty(len(lens), dtype=object)
+            for k,(v,n) in enumerate(zip(np.split(vals, np.cumsum(np.where(lens < 0, 1, lens))[:-1]), lens)):
+                res[k] = None if n < 0 else list(v)
+            return pd.array(res, dtype=object)
+        if c.values is None: return pd.Categorical.from_codes(x, dtype=c.dtype, validate=False)
+        return pd.array(pd.api.extensions.take(c.values, x.astype(np.intp), allow_fill=True), dtype=c.dtype)
+
+    def _index(self, d:Path, spec) -> pd.Index:
+        if spec[0] == 'range': return pd.RangeIndex(*spec[1:], name=self.index_name)
+        if spec[0] == 'npy': return pd.Index(np.load(d/'index.npy'), name=self.index_name)
+        import pyarrow.feather as feather
+        return pd.Index(feather.read_table(d/'index.arrow')['index'].to_pandas(), dtype=spec[1], name=self.index_name)
+
+    def __call__(self, i:int, columns):   # `columns` required: so Dask always passes them, even none
+        d = self.cache.path/f'part.{i:05d}'
+        pos = {c: j for j,c in enumerate(self.columns)}
+        # not consolidated (`copy=False`): a proc replacing a column then replaces that column alone
+        df = pd.DataFrame({c: self._column(d, pos[c], self.columns[c]) for c in columns},
+                          index=self._index(d, self.index[i]), copy=False)
+        if self.backend != 'cudf': return df
+        df = to_backend(df, 'cudf')
+        return df.assign(**nan_as_null(df))
+
+    def training(self, names:list, rows:int) -> pd.DataFrame:
+        """Columns `names` (numbers) of the `rows` training rows of all partitions, in order, on the host: read from the
+        cache a partition at a time into one array a column (no second copy while they are joined)."""
+        pos = {c: j for j,c in enumerate(self.columns)}
+        out = {c: np.empty(rows, self.columns[c].dtype) for c in names}
+        at = 0
+        for i in range(len(self.index)):
+            d = self.cache.path/f'part.{i:05d}'
+            train = ~np.load(d/'valid.npy') if (d/'valid.npy').exists() else slice(None)
+            for c in names:
+                x = self._column(d, pos[c], self.columns[c])[train]
+                out[c][at:at + len(x)] = x
+            at += len(x) if names else 0
+        assert at == rows or not names, (at, rows)
+        return pd.DataFrame(out, copy=False)
+
+    def meta(self):
+        "The frame's empty partition: the columns in their dtypes (a cat column's categories unknown to Dask)."
+        from dask.dataframe.utils import clear_known_categories
+        cols = {c: pd.Categorical([], categories=[]) if not s.known else pd.array([], dtype=s.dtype)
+                for c,s in self.columns.items()}
+        meta = pd.DataFrame(cols, index=pd.RangeIndex(0, name=self.index_name))
+        meta = clear_known_categories(meta, cols=[c for c,s in self.columns.items() if not s.known])
+        return meta if self.backend != 'cudf' else to_backend(meta, 'cudf')
