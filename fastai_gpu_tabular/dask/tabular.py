@@ -380,8 +380,9 @@ class TabularDask(TabularGPU):
                                                  (FillStrategy.constant, 'constant')) for p in self.procs.fs)
         names, cache = [n for n in self.cont_names if n in self.scan.conts], self.scan.cache
         if not (stats and names and cache): return
-        size = self.scan.rows[0] * sum(np.dtype(cache.columns[n].dtype).itemsize for n in names)
-        if size <= _TRAIN_CONTS_BYTES: self.scan = dataclasses.replace(self.scan, train=cache.training(names, int(self.scan.rows[0])))
+        rows = int(self.scan.rows[0])
+        size = rows * sum(np.dtype(cache.columns[n].dtype).itemsize for n in names)
+        if size <= _TRAIN_CONTS_BYTES: self.scan = dataclasses.replace(self.scan, train=cache.training(names, rows))
 
     def setup(self):
         with self._progress('setup'):
