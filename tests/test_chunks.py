@@ -4,6 +4,7 @@ the same Tabular now writes the same files, byte for byte; the `.npy` files are 
 and a damaged one is refused, naming it."""
 import hashlib
 import json
+import sys
 from pathlib import Path
 import numpy as np
 import pytest
@@ -87,7 +88,11 @@ def test_blocks_written_and_read_back(tmp_path):
     assert torch.equal(c.read(2, 10, 20), rows[3010:3020])
     assert torch.equal(torch.from_numpy(np.concatenate(list(c.blocks(999)))), rows)
     assert max(len(b) for b in c.blocks(999)) == 999
-    assert torch.equal(load_rows(tmp_path/'t', res, entries, width, True, _Count()), rows)
+    loaded = load_rows(tmp_path/'t', res, entries, width, True, _Count())
+    assert torch.equal(loaded, rows)
+    if sys.platform == 'linux':   # the files' whole pages are mapped, not read: they show in the process's maps
+        maps = Path('/proc/self/maps').read_text()
+        assert all(str((tmp_path/'t'/n).resolve()) in maps for n,_ in res)
 
 def test_write_rows_is_np_save(tmp_path):
     rows = torch.arange(30, dtype=torch.int32).view(10, 3)
