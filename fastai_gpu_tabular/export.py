@@ -25,7 +25,7 @@ from .pack import cat_widths
 from .procs import buckets_of, operand_dtype, vocab_values
 from .target import TargetEncode
 
-__all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
+__all__ = ['export_onnx', 'onnx_inputs', 'export_model', 'export_triton']
 
 NA_STRING = '#na#'   # what a client sends for a missing string: ONNX string tensors cannot hold a null
 _OPSET, _ML_OPSET = 20, 4   # StringSplit is opset 20; LabelEncoder with double keys is ai.onnx.ml 4

@@ -47,8 +47,7 @@ from torch import nn
 from .collectives import all_gather
 from .pack import cat_spans, cat_widths
 
-__all__ = ['roc_auc', 'binary_log_loss', 'rank_metrics', 'RANK_METRICS', 'binary_scores', 'loss_activation',
-           'group_position', 'AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate']
+__all__ = ['AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate', 'rank_metrics']
 
 # --- the computations, on whatever device the tensors are ----------------------------------------------------------
 def _segsum(x, ids, n):

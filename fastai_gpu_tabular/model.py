@@ -10,7 +10,7 @@ from fastai.torch_core import Module
 
 from .pack import cat_spans
 
-__all__ = ['bag_lookup', 'masked_bag_lookup', 'exporting', 'FusedEmbedding', 'TabularModelGPU']
+__all__ = ['TabularModelGPU']
 
 def _init_(w): trunc_normal_(w.data, std=0.01)   # fastai's `Embedding` init
 def _width(bags, i): return bags.get(i, 1)

@@ -26,8 +26,7 @@ from .backend import (
     pad_bags,
 )
 
-__all__ = ['ColumnSpan', 'Layout', 'ReleasedFrame', 'cat_widths', 'cat_spans', 'y_dtype', 'packs_whole', 'pack_rows',
-           'unpack_rows', 'gather_rows', 'unpack_frame']
+__all__ = []
 
 class ColumnSpan(NamedTuple):
     "Columns `start:stop` of a packed int32 row, holding values of `dtype` (an int64 value takes two columns)"

@@ -7,7 +7,7 @@ import sys
 import time
 from fastprogress import fastprogress as fp
 
-__all__ = ['RowProgress', 'progress_rows', 'dask_progress']
+__all__ = []
 
 def _interactive() -> bool:
     "A notebook, or a terminal on stdout (fastprogress's `printing()` takes any stdout for one: it never calls isatty)."

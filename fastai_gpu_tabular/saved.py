@@ -39,8 +39,7 @@ from .progress import progress_rows
 from .stream import PackedChunks
 from .target import TargetEncode
 
-__all__ = ['FORMAT_VERSION', 'MANIFEST', 'SAVED_TYPES', 'SavedFormatError', 'SavedCategoryMap', 'save_tabular',
-           'load_tabular', 'register_saved_proc', 'encode_values', 'decode_values', 'file_digest']
+__all__ = ['SavedFormatError', 'register_saved_proc']
 
 FORMAT_VERSION = 1
 MANIFEST = 'tabular.json'

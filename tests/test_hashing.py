@@ -14,7 +14,6 @@ from fastai_gpu_tabular.all import (
     HashBucket,
     HashedCross,
     TabularGPU,
-    bucket_labels,
     hash_column,
     hash_values,
     murmur3_32,
@@ -22,6 +21,7 @@ from fastai_gpu_tabular.all import (
 )
 from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_adult, load_movielens
+from fastai_gpu_tabular.hashing import bucket_labels
 
 SEEDS = [0, 12345, 2**32 - 1]
 

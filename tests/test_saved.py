@@ -27,9 +27,10 @@ from fastai.tabular.all import (
 )
 from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 import fastai_gpu_tabular.core as fgc
-from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU, decode_values, encode_values
+from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU
 from fastai_gpu_tabular.backend import backend_of, to_pandas
 from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
+from fastai_gpu_tabular.saved import decode_values, encode_values
 
 ADULT = dict(cat_names=['workclass', 'education', 'marital-status', 'occupation', 'gender', 'native-country'],
              cont_names=['age', 'fnlwgt', 'educational-num', 'hours-per-week'], y_names='income',

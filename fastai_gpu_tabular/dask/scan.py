@@ -29,8 +29,7 @@ from ..backend import codes_dtype, explode_lists, holds_strings, is_cudf, is_lis
 from ..checks import nan_as_null
 from .split import valid_mask
 
-__all__ = ['ColumnValues', 'ContFacts', 'ScanSpec', 'scan_part', 'merge_values', 'save_remaps', 'CacheDir',
-           'CachedColumn', 'CachedParts']
+__all__ = []
 
 @dataclasses.dataclass(frozen=True)
 class ColumnValues:

@@ -9,8 +9,8 @@ import pandas as pd
 
 from ..backend import Frame, is_str_dtype, to_backend
 
-__all__ = ['datasets_path', 'load_flights', 'load_adult', 'load_movielens', 'load_movielens_100k', 'package_path',
-           'criteo_names', 'make_criteo', 'criteo_parquet', 'criteo_parts', 'load_flights_3m']
+__all__ = ['load_adult', 'load_flights', 'load_flights_3m', 'load_movielens', 'load_movielens_100k', 'make_criteo',
+           'criteo_parquet']
 
 def datasets_path() -> Path:
     "Where the shipped datasets live (see `datasets/README.md` there for their sources and licences)."
