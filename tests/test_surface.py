@@ -5,8 +5,8 @@ import ast
 import importlib
 import json
 import pkgutil
-import fastai_gpu_tabular
 from recipes import ROOT, recipes
+import fastai_gpu_tabular
 
 STAR = ['AUC', 'BatchDataLoader', 'BatchDataLoaders', 'Categorify', 'DistributedBatchDL', 'ExcludeFromAdaptation',
         'HashBucket', 'HashedCross', 'HitRate', 'JoinGroupby', 'Lamb', 'LogLoss', 'MRR', 'NDCG', 'PackedChunks',
