@@ -40,7 +40,7 @@ from fastai_gpu_tabular.backend import (
     to_backend,
     to_pandas,
 )
-from fastai_gpu_tabular.bench.contenders import held_memory
+from fastai_gpu_tabular.bench.contender import held_memory
 from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
 
 PROCS = [Categorify, FillMissing, Normalize]

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from .cli import int_list, name_list
-from .contenders import run_child
+from .fastai_suite import run_child
 from .machine import MB, RSSMeter
 from .report import fmt, ratio, table
 from .timing import time_loader
