@@ -5,7 +5,8 @@ FGT_REQUIRE=cuda (a GPU machine without cuDF), FGT_REQUIRE=cuda,cudf or FGT_REQU
 broken install cannot pass as skips.
 
 FGT_FAKE_DEVICE=lazy runs the suite with fastai's `default_device()` on a device that is not the CPU, as on a GPU
-machine (see tests/fake_device.py): a test that assumes the CPU, or mixes the CPU with the loaders' device, fails."""
+machine (see tests/helpers/fake_device.py): a test that assumes the CPU, or mixes the CPU with the loaders' device,
+fails."""
 import importlib.util
 import os
 import pytest
@@ -22,7 +23,7 @@ FAKE_DEVICE = os.environ.get('FGT_FAKE_DEVICE')
 settings.register_profile('ci', derandomize=True, database=None)
 
 if FAKE_DEVICE:
-    from fake_device import LAZY_CANNOT, use_fake_device
+    from helpers.fake_device import LAZY_CANNOT, use_fake_device
     use_fake_device(FAKE_DEVICE)
 
 def pytest_collection_modifyitems(config, items):

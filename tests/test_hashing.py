@@ -7,7 +7,7 @@ import pytest
 import torch
 from fastai.tabular.all import Categorify as FastaiCategorify
 from fastai.tabular.all import FillMissing, Normalize, TabularPandas, get_emb_sz, load_learner
-from parity import assert_same_processing
+from helpers.parity import assert_same_processing
 from sklearn.utils import murmurhash3_32
 from fastai_gpu_tabular.all import (
     Categorify,

@@ -28,7 +28,7 @@ from fastai.tabular.all import (
     range_of,
     set_seed,
 )
-from host_sync import HostConversions
+from helpers.host_sync import HostConversions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from fake_device import CHILD_PRELUDE
 from fastai.tabular import core as fatc
 from fastai.tabular.all import (
     CategoryBlock,
@@ -25,7 +24,8 @@ from fastai.tabular.all import (
     set_seed,
     tabular_learner,
 )
-from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
+from helpers.fake_device import CHILD_PRELUDE
+from helpers.parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU
 from fastai_gpu_tabular.backend import backend_of, to_pandas

@@ -5,7 +5,7 @@ import ast
 import importlib
 import json
 import pkgutil
-from recipes import ROOT, recipes
+from helpers.recipes import ROOT, recipes
 import fastai_gpu_tabular
 
 STAR = ['AUC', 'BatchDataLoader', 'BatchDataLoaders', 'Categorify', 'DistributedBatchDL', 'ExcludeFromAdaptation',
