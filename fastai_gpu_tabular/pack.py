@@ -87,7 +87,7 @@ def cat_widths(to:Tabular) -> list[int]:
 
 def cat_spans(widths:list[int]) -> list[tuple[int, int]]:
     "`(start, stop)` of each cat column in a batch's `cats`, from the columns each takes (`cat_widths`)."
-    res, start = [], 0
+    res,start = [], 0
     for w in widths:
         res.append((start, start + w))
         start += w

@@ -137,7 +137,7 @@ def _builder(name, opts, ctx):
     cats,conts,y = criteo_names()
     cls = TabularPandas if name.startswith('stock') else TabularGPU
     def build():
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0,c0 = time.perf_counter(), time.process_time()
         # fresh name lists: fastai's FillMissing appends the `_na` columns to the caller's `cat_names`
         to = cls(ctx.df, procs=[Categorify, FillMissing, Normalize], cat_names=list(cats), cont_names=list(conts),
                  y_names=y, y_block=CategoryBlock() if opts.target == 'category' else None, splits=ctx.splits)
@@ -205,7 +205,7 @@ def run_contender(name:str, opts, res:dict|None=None) -> dict:
     res['etl_peak_gpu_mb'] = ctx.gpu.peak()   # the load and the build: reset after the load (`reset_base`)
     res['preprocess_s'],res['preprocess_s_all'],res['preprocess_cpu_s_all'] = t,[t],[c]
     ctx.rss.phase(ctx.phases, 'preprocess')
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0,c0 = time.perf_counter(), time.process_time()
     # the stock true shuffle; else the Tabular's own loader (fastai's default, TabWeightedDL, for stock_weighted)
     dl_kw = {'dl_type': TabDataLoader} if name in ('stock_shuffle', 'stock_cudf_pandas') else {}
     dls = to.dataloaders(bs=opts.train_bs, device=ctx.device, **dl_kw)
@@ -245,7 +245,7 @@ def run_contender(name:str, opts, res:dict|None=None) -> dict:
     del dls,to
     for _ in range(opts.repeat_preprocess - 1):
         gc.collect()
-        _, t, c = build()
+        _,t,c = build()
         res['preprocess_s_all'].append(t)
         res['preprocess_cpu_s_all'].append(c)
     res['preprocess_s'], res['preprocess_cpu_s'] = min(res['preprocess_s_all']), min(res['preprocess_cpu_s_all'])
