@@ -13,6 +13,7 @@ import pytest
 import torch
 from hypothesis import settings
 from fastai_gpu_tabular.backend import cudf_available, cudf_reason, to_backend
+from fastai_gpu_tabular.datasets import load_adult, load_movielens
 
 TIERS = ('cuda', 'cudf')
 REQUIRE = (set(TIERS) if os.environ.get('FGT_REQUIRE_GPU') == '1'
@@ -65,3 +66,13 @@ def backend(request):
 def as_backend(backend):
     "Turn a pandas frame into the current backend's frame."
     return lambda df: to_backend(df, backend)
+
+@pytest.fixture(scope='module')
+def adult():
+    "UCI Adult as `load_adult` gives it, once a test module (a module that needs another cut defines its own)."
+    return load_adult()
+
+@pytest.fixture(scope='module')
+def ml():
+    "MovieLens latest-small as `load_movielens` gives it, once a test module."
+    return load_movielens()

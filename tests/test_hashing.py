@@ -20,7 +20,6 @@ from fastai_gpu_tabular.all import (
     tabular_learner,
 )
 from fastai_gpu_tabular.backend import to_pandas
-from fastai_gpu_tabular.datasets import load_adult, load_movielens
 from fastai_gpu_tabular.hashing import bucket_labels
 
 SEEDS = [0, 12345, 2**32 - 1]
@@ -30,12 +29,6 @@ def _sk_int(v, seed): return _sk(np.int64(v).tobytes(), seed)   # the documented
 def _buckets(vals, key, seed, nb, offset=1):
     "sklearn's bucket of each value plus `offset`; 0 for a missing one."
     return [0 if pd.isna(v) else offset + key(v, seed) % nb for v in vals]
-
-@pytest.fixture(scope='module')
-def adult(): return load_adult()
-
-@pytest.fixture(scope='module')
-def ml(): return load_movielens()
 
 def _strings(adult, ml) -> list:
     "Every distinct string of Adult and the MovieLens titles (non-ASCII, every length mod 4), and '', sorted."
