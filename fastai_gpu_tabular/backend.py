@@ -13,12 +13,7 @@ from fastai.tabular.core import df_shrink_dtypes
 if TYPE_CHECKING:   # for the hints only: cuDF is imported when first used (see `_probe`)
     import cudf
 
-__all__ = ['cudf_available', 'cudf_reason', 'require_cudf', 'is_cudf', 'backend_of', 'to_backend', 'to_pandas',
-           'frame_device', 'arrow_strings', 'to_category', 'gather_columns', 'col_to_tensor', 'frame_of_tensors',
-           'to_host', 'host_scalar', 'sorted_uniques', 'holds_py_bools', 'shrink_dtypes', 'float_dtypes', 'float_casts',
-           'codes_dtype', 'encode_codes', 'mode_value', 'take_values', 'is_str_dtype', 'is_list_dtype', 'holds_strings',
-           'value_kind', 'column_kind', 'first_value', 'mixed_types_error',
-           'split_lists', 'explode_lists', 'pad_bags', 'is_dask', 'use_rmm_for_torch']
+__all__ = ['cudf_available', 'require_cudf', 'to_pandas', 'use_rmm_for_torch']
 
 # the hints' names for a frame and a column on either backend (public, not star-exported)
 Frame: TypeAlias = 'pd.DataFrame | cudf.DataFrame'

@@ -29,10 +29,7 @@ from .backend import (
     value_kind,
 )
 
-__all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
-           'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
-           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns',
-           'raw_columns', 'check_value_types', 'check_kind', 'guard_setups']
+__all__ = []
 
 def guard_setups(f:Callable) -> Callable:
     """A proc's `setups`, with an AttributeError raised inside it made a RuntimeError naming the proc: fasttransform's

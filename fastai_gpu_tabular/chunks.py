@@ -24,9 +24,7 @@ import torch
 
 from .pack import Layout
 
-__all__ = ['PAGE', 'SavedFormatError', 'part_name', 'is_part_name', 'npy_header', 'read_npy_header', 'check_header',
-           'write_npy', 'read_into', 'file_digest', 'file_entry', 'check_size', 'read_checked', 'rows_memory',
-           'map_file', 'load_rows', 'write_blocks', 'RowBlocks', 'PackedChunks']
+__all__ = ['PackedChunks', 'SavedFormatError']
 
 # a rows file's header is as long as where its rows go in the loaded rows, modulo this: so a load maps its pages
 PAGE = 4096

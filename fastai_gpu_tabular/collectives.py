@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = ['rank_and_world', 'comm_device', 'all_gather_rows', 'all_gather']
+__all__ = []
 
 def rank_and_world() -> tuple[int, int]:
     "`(rank, world_size)` of torch.distributed when it is initialised, else `(0, 1)`."

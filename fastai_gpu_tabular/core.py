@@ -53,7 +53,7 @@ from .pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, u
 from .procs import register_procs
 from .saved import load_tabular, save_tabular
 
-__all__ = ['TabularGPU', 'show_results']
+__all__ = ['TabularGPU']
 
 def _row_order(splits, n):
     "fastai's `df.iloc[sum(splits, [])]` as an index array, or None when that order is already `range(n)`."

@@ -25,7 +25,7 @@ try:
     from fastai.distributed import DistributedDL, DistributedTrainer
 except (ImportError, NameError): DistributedDL = DistributedTrainer = None   # fastai.distributed needs `accelerate`
 
-__all__ = ['shard_layout', 'shard_span', 'DistributedBatchDL', 'SparseGradSync', 'DistributedLRFind']
+__all__ = ['DistributedBatchDL']
 
 def shard_layout(n:int, bs:int, world_size:int, drop_last:bool=False, pad:bool=True) -> tuple:
     """`(N, n_batches)`: ranks share the first `N` positions of an epoch's row order (repeated from its start past `n`)

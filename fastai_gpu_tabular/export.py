@@ -25,10 +25,10 @@ from .pack import cat_widths
 from .procs import buckets_of, operand_dtype, vocab_values
 from .target import TargetEncode
 
-__all__ = ['NA_STRING', 'PredsModel', 'export_model', 'export_onnx', 'onnx_inputs', 'export_triton']
+__all__ = ['export_onnx', 'onnx_inputs', 'export_model', 'export_triton']
 
 NA_STRING = '#na#'   # what a client sends for a missing string: ONNX string tensors cannot hold a null
-_OPSET, _ML_OPSET = 20, 4   # StringSplit is opset 20; LabelEncoder with double keys is ai.onnx.ml 4
+_OPSET,_ML_OPSET = 20, 4   # StringSplit is opset 20; LabelEncoder with double keys is ai.onnx.ml 4
 _META = 'fastai_gpu_tabular.'
 
 @contextmanager
@@ -44,7 +44,8 @@ class PredsModel(nn.Module):
     yields, otherwise makes the dynamo export unloadable: Concat of int32 and int64), then the loss's activation."""
     def __init__(self, model, act=noop, has_cat=True, has_cont=True):
         super().__init__()
-        self.model,self.act,self.has_cat,self.has_cont = model,act,has_cat,has_cont
+        self.model,self.act = model,act
+        self.has_cat,self.has_cont = has_cat,has_cont
     def forward(self, *xs):
         x_cat = xs[0].long() if self.has_cat else None
         x_cont = xs[-1] if self.has_cont else None
@@ -193,7 +194,7 @@ class _Graph:
         nan = len(enc) > 0 and pd.isna(enc.index[-1])
         missing = float(enc.iloc[-1]) if nan else float(mean)
         cast = {'string': str, 'int64': int, 'double': float}[kind]
-        keys, vals = [cast(v) for v in enc.index[:len(enc) - nan]], [float(v) for v in enc.iloc[:len(enc) - nan]]
+        keys,vals = [cast(v) for v in enc.index[:len(enc) - nan]], [float(v) for v in enc.iloc[:len(enc) - nan]]
         na_key = {'string': NA_STRING, 'int64': int(np.iinfo(np.int64).min)}.get(kind)   # what onnx_inputs sends
         if na_key is not None and na_key not in keys: keys, vals = [*keys, na_key], [*vals, missing]
         if not keys: keys, vals = [NA_STRING if kind == 'string' else 0], [float(mean)]   # LabelEncoder needs one key
@@ -229,7 +230,7 @@ def _target_encoded(g, te, s, i, cols):
 
 def _grouped(g, jg, s, n, cont_names, cols):
     "JoinGroupby's column `n` (of column `s`): the same lookup, default the cont's statistic over all training rows."
-    enc, default = _joined_values(jg, s, n)
+    enc,default = _joined_values(jg, s, n)
     # a cont grouped by as a category is one double input
     kind = 'double' if s in cont_names else _key_type(s, [v for v in enc.index if not pd.isna(v)])
     cols.setdefault(s, {'type': kind, 'kind': 'cat'})
@@ -293,7 +294,7 @@ def _conts(g, to, procs, cols) -> tuple:
             cols[n] = {'type': 'double', 'kind': 'cont'}
             if g.floats.get(n) == 'float32': x, dt = g.op('Cast', x, to=T.FLOAT), np.dtype('float32')
         if n in na_dict:
-            x, flag = _filled(g, fill, n, x, dt)
+            x,flag = _filled(g, fill, n, x, dt)
             if fill.add_col: flags[f'{n}_na'] = flag
         if norm is not None: x = _normalized(g, norm, n, x, dt, norm_dt)
         conts.append(g.column(g.op('Cast', x, to=T.FLOAT)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ['REPOSITORY', 'install_command', 'import_extra']
+__all__ = []
 
 REPOSITORY = 'https://github.com/fastai-gpu-tabular/fastai_gpu_tabular'   # pyproject.toml's Repository (tested)
 

@@ -25,9 +25,7 @@ from fastai.tabular.core import Tabular, TabularProc
 from .backend import Column, codes_dtype, is_cudf, require_cudf, to_host
 from .checks import guard_setups
 
-__all__ = ['murmur3_32', 'hash_values', 'hash_column', 'bucket_labels', 'is_bucket_dtype', 'oov_buckets',
-           'check_buckets', 'check_seed', 'HashBucket', 'HashedCross', 'cross_name', 'cross_values', 'host_specs',
-           'host_sources', 'host_input']
+__all__ = ['HashBucket', 'HashedCross', 'murmur3_32', 'hash_values', 'hash_column']
 
 _C1, _C2 = np.uint32(0xcc9e2d51), np.uint32(0x1b873593)
 _ROWS = 1 << 16   # strings hashed per block: bounds the padded byte matrix

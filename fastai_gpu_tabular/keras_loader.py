@@ -8,7 +8,7 @@ from .extras import import_extra
 from .loader import BatchDataLoader
 from .pack import cat_spans, cat_widths
 
-__all__ = ['to_tf', 'as_keras_dataset', 'keras_inputs', 'bag_embedding']
+__all__ = ['as_keras_dataset', 'to_tf', 'keras_inputs', 'bag_embedding']
 
 def to_tf(batch):
     """Torch tensors (a tensor, or a tuple/list/dict of them) as TensorFlow tensors through DLPack: no copy through

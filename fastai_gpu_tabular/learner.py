@@ -13,7 +13,7 @@ from fastcore.meta import delegates
 from .model import TabularModelGPU
 from .optimizer import sparse_opt
 
-__all__ = ['tabular_learner', 'sparse_columns']
+__all__ = ['tabular_learner']
 
 def sparse_columns(to, sparse) -> list:
     "Indices of the cat columns to give sparse gradients: `sparse` names them, or is a table size above which all are."

@@ -11,7 +11,7 @@ from fastcore.meta import delegates
 
 from .pack import cat_spans, cat_widths, gather_rows
 
-__all__ = ['batch_size', 'BatchDataLoader', 'ReadTabBatchGPU']
+__all__ = ['batch_size', 'BatchDataLoader']
 
 def batch_size(n_train:int, most:int=16384, steps:int=50) -> int:
     """A batch size for `n_train` training rows: the largest power of two that still gives `steps` steps an epoch, at

@@ -47,8 +47,7 @@ from torch import nn
 from .collectives import all_gather
 from .pack import cat_spans, cat_widths
 
-__all__ = ['roc_auc', 'binary_log_loss', 'rank_metrics', 'RANK_METRICS', 'binary_scores', 'loss_activation',
-           'group_position', 'AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate']
+__all__ = ['AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate', 'rank_metrics']
 
 # --- the computations, on whatever device the tensors are ----------------------------------------------------------
 def _segsum(x, ids, n):
@@ -307,8 +306,10 @@ class RankMetric(DeviceMetric):
         if not isinstance(group, str): raise ValueError(f"{name} needs group=, the name of a cat column (user/session)")
         if k is not None and (not isinstance(k, int) or k < 1):
             raise ValueError(f"{name}: k must be a positive int, got {k!r}")
-        self.group,self.k,self.thresh,self._name,self._pos = group,k,thresh,name,{}
+        self.group,self.k,self.thresh = group,k,thresh
+        self._name,self._pos = name,{}
         self.score = _check_score(score, name)
+        self.n_groups,self.n_skipped = None,None   # how many groups the last value averaged over, and left out
 
     def check_dls(self, dls):
         "Fail now, not after an epoch, if the group column is not a single cat column of `dls`."

@@ -10,7 +10,7 @@ from fastai.torch_core import Module
 
 from .pack import cat_spans
 
-__all__ = ['bag_lookup', 'masked_bag_lookup', 'exporting', 'FusedEmbedding', 'TabularModelGPU']
+__all__ = ['TabularModelGPU']
 
 def _init_(w): trunc_normal_(w.data, std=0.01)   # fastai's `Embedding` init
 def _width(bags, i): return bags.get(i, 1)
@@ -58,9 +58,11 @@ class FusedEmbedding(Module):
     column (a single kernel when every width is the same). Outputs keep the columns' order; `column_weights()` gives
     each table back for export."""
     def __init__(self, emb_szs, bags=None, mode='mean', sparse=False):
-        self.emb_szs,self.bags,self.mode,self.sparse = list(emb_szs),dict(bags or {}),mode,sparse
+        self.emb_szs,self.bags = list(emb_szs),dict(bags or {})
+        self.mode,self.sparse = mode,sparse
         spans = cat_spans([_width(self.bags, i) for i in range(len(emb_szs))])   # each column's slots in `x_cat`
-        self.groups,self.weights,feat,pos = [],nn.ParameterList(),0,{}
+        self.groups,self.weights = [],nn.ParameterList()
+        feat,pos = 0,{}
         for d in sorted({nf for _,nf in emb_szs}):
             cols = [i for i,(_,nf) in enumerate(emb_szs) if nf == d]
             rows = torch.tensor([0] + [emb_szs[i][0] for i in cols]).cumsum(0).tolist()

@@ -36,9 +36,8 @@ from torch import nn
 
 from .extras import import_extra
 
-__all__ = ['Lamb', 'lamb', 'LambOptimizer', 'lamb_foreach_step', 'no_wd_params', 'ExcludeFromAdaptation',
-           'lamb_param_groups', 'WDGroupsOptimWrapper', 'torch_optimizer_lamb', 'scale_lr', 'scale_wd', 'warmup_pct',
-           'sparse_adam_step', 'sparse_opt']
+__all__ = ['Lamb', 'lamb', 'lamb_param_groups', 'ExcludeFromAdaptation', 'no_wd_params', 'scale_lr', 'scale_wd',
+           'warmup_pct', 'torch_optimizer_lamb']
 
 def _check_dense(grads):
     "LAMB's moments and norms are dense ops: refuse sparse grads before anything is mutated."

@@ -26,8 +26,7 @@ from .backend import (
     pad_bags,
 )
 
-__all__ = ['ColumnSpan', 'Layout', 'ReleasedFrame', 'cat_widths', 'cat_spans', 'y_dtype', 'packs_whole', 'pack_rows',
-           'unpack_rows', 'gather_rows', 'unpack_frame']
+__all__ = []
 
 class ColumnSpan(NamedTuple):
     "Columns `start:stop` of a packed int32 row, holding values of `dtype` (an int64 value takes two columns)"
@@ -88,7 +87,7 @@ def cat_widths(to:Tabular) -> list[int]:
 
 def cat_spans(widths:list[int]) -> list[tuple[int, int]]:
     "`(start, stop)` of each cat column in a batch's `cats`, from the columns each takes (`cat_widths`)."
-    res, start = [], 0
+    res,start = [], 0
     for w in widths:
         res.append((start, start + w))
         start += w

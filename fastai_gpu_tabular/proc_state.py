@@ -18,8 +18,7 @@ from .hashing import HashBucket, HashedCross
 from .procs import Categorify, LazyCategoryMap
 from .target import TargetEncode
 
-__all__ = ['SAVED_TYPES', 'encode_values', 'decode_values', 'encode_dict', 'decode_dict', 'register_saved_proc',
-           'saved_proc_types', 'saved_state', 'restore_proc']
+__all__ = ['register_saved_proc']
 
 _NUMPY = ('bool', 'int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'float16', 'float32',
           'float64')

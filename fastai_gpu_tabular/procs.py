@@ -29,9 +29,7 @@ from .backend import (
 from .checks import check_fill_value, check_kind, check_labels, fill_nan_check, guard_setups
 from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 
-__all__ = ['Categorify', 'register_procs', 'register_proc', 'LazyCategoryMap', 'category_map', 'freq_values',
-           'keep_frequent', 'quantile_from_counts', 'bag_width', 'buckets_of', 'learn_bucket_counts', 'vocab_values',
-           'vocab_index', 'categorify_codes', 'operand_dtype']
+__all__ = ['Categorify']
 # also public, not star-exported (generic names): `fill_value`, `normalize_stats` (the Dask procs' in-memory cases)
 
 class Categorify(fatc.Categorify):

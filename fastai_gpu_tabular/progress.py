@@ -7,7 +7,7 @@ import sys
 import time
 from fastprogress import fastprogress as fp
 
-__all__ = ['RowProgress', 'progress_rows', 'dask_progress']
+__all__ = []
 
 def _interactive() -> bool:
     "A notebook, or a terminal on stdout (fastprogress's `printing()` takes any stdout for one: it never calls isatty)."
@@ -18,9 +18,10 @@ class RowProgress:
     terminal or in a notebook fastprogress's `progress_bar`; elsewhere a plain line every `every` seconds and one at the
     end."""
     def __init__(self, total:int, what:str, show:bool=True, every:float=10., unit:str='rows'):
-        self.total, self.what, self.show, self.every, self.unit = int(total), what, show, every, unit
-        self.done, self.t0 = 0, time.perf_counter()
-        self.last, self.bar = self.t0, None
+        self.total,self.what,self.unit = int(total),what,unit
+        self.show,self.every = show,every
+        self.done,self.t0 = 0, time.perf_counter()
+        self.last,self.bar = self.t0, None
         if show and _interactive() and self.total:
             self.bar = fp.progress_bar(range(self.total), total=self.total)
             self.bar.comment = what

@@ -24,7 +24,7 @@ from .proc_state import decode_dict, encode_dict, restore_proc, saved_state
 from .procs import LazyCategoryMap
 from .progress import progress_rows
 
-__all__ = ['FORMAT_VERSION', 'MANIFEST', 'SavedFormatError', 'SavedCategoryMap', 'save_tabular', 'load_tabular']
+__all__ = ['SavedFormatError']
 
 FORMAT_VERSION = 1
 MANIFEST = 'tabular.json'

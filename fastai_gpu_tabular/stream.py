@@ -16,7 +16,7 @@ from .collectives import rank_and_world
 from .loader import BatchDataLoader
 from .pack import unpack_rows
 
-__all__ = ['StreamDataLoader', 'free_memory', 'byte_count']
+__all__ = ['StreamDataLoader']
 
 def free_memory(device:torch.device|str, frac:float=0.5) -> int:
     "`frac` of the memory free now on `device` (the GPU's, or the host's RAM for the CPU), in bytes."

@@ -10,8 +10,7 @@ from fastai.tabular.core import TabularProc
 from .backend import encode_codes, is_cudf, require_cudf, sorted_uniques, to_host
 from .checks import guard_setups
 
-__all__ = ['TargetEncode', 'target_encodings', 'fold_ids', 'category_sums', 'category_means', 'm_smoothed',
-           'auto_smoothed', 'class_indicators']
+__all__ = ['TargetEncode']
 
 _TYPES = ('auto', 'continuous', 'binary', 'multiclass')
 

@@ -5,13 +5,15 @@ FGT_REQUIRE=cuda (a GPU machine without cuDF), FGT_REQUIRE=cuda,cudf or FGT_REQU
 broken install cannot pass as skips.
 
 FGT_FAKE_DEVICE=lazy runs the suite with fastai's `default_device()` on a device that is not the CPU, as on a GPU
-machine (see tests/fake_device.py): a test that assumes the CPU, or mixes the CPU with the loaders' device, fails."""
+machine (see tests/helpers/fake_device.py): a test that assumes the CPU, or mixes the CPU with the loaders' device,
+fails."""
 import importlib.util
 import os
 import pytest
 import torch
 from hypothesis import settings
 from fastai_gpu_tabular.backend import cudf_available, cudf_reason, to_backend
+from fastai_gpu_tabular.datasets import load_adult, load_movielens
 
 TIERS = ('cuda', 'cudf')
 REQUIRE = (set(TIERS) if os.environ.get('FGT_REQUIRE_GPU') == '1'
@@ -22,7 +24,7 @@ FAKE_DEVICE = os.environ.get('FGT_FAKE_DEVICE')
 settings.register_profile('ci', derandomize=True, database=None)
 
 if FAKE_DEVICE:
-    from fake_device import LAZY_CANNOT, use_fake_device
+    from helpers.fake_device import LAZY_CANNOT, use_fake_device
     use_fake_device(FAKE_DEVICE)
 
 def pytest_collection_modifyitems(config, items):
@@ -64,3 +66,13 @@ def backend(request):
 def as_backend(backend):
     "Turn a pandas frame into the current backend's frame."
     return lambda df: to_backend(df, backend)
+
+@pytest.fixture(scope='module')
+def adult():
+    "UCI Adult as `load_adult` gives it, once a test module (a module that needs another cut defines its own)."
+    return load_adult()
+
+@pytest.fixture(scope='module')
+def ml():
+    "MovieLens latest-small as `load_movielens` gives it, once a test module."
+    return load_movielens()

@@ -101,11 +101,11 @@ def test_import_is_light():
 
 def test_cudf_contenders_skip_without_a_process(monkeypatch, tmp_path):
     "On the CPU, or where cuDF is not installed, the cuDF contenders skip, saying why, and start no process."
-    from fastai_gpu_tabular.bench import contenders as C
-    monkeypatch.setattr(C, 'run_child', lambda *a, **k: pytest.fail('a process was started'))
+    from fastai_gpu_tabular.bench import fastai_suite as S
+    monkeypatch.setattr(S, 'run_child', lambda *a, **k: pytest.fail('a process was started'))
     opts = argparse.Namespace(device='cpu', no_train=False)
     for name in ('gpu_cudf', 'stock_cudf_pandas', 'gpu_cudf_rmm'):
-        c = C._spawn(name, opts, tmp_path/'data.parquet')
+        c = S._spawn(name, opts, tmp_path/'data.parquet')
         assert c['status'] == 'skipped' and c['reason'] in ('cuDF is not installed', 'cuDF needs a GPU: --device cuda')
 
 def test_bad_contender():

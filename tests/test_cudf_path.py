@@ -27,7 +27,7 @@ from fastai.tabular.all import (
     set_seed,
     tabular_learner,
 )
-from parity import assert_same_processing, build_both
+from helpers.parity import assert_same_processing, build_both
 import fastai_gpu_tabular.core as fgc
 import fastai_gpu_tabular.procs as fgp
 from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, Lamb, TabularGPU
@@ -40,7 +40,7 @@ from fastai_gpu_tabular.backend import (
     to_backend,
     to_pandas,
 )
-from fastai_gpu_tabular.bench.contenders import held_memory
+from fastai_gpu_tabular.bench.contender import held_memory
 from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
 
 PROCS = [Categorify, FillMissing, Normalize]

@@ -27,9 +27,10 @@ from fastai.metrics import RocAucBinary, accuracy
 from fastai.tabular.all import Categorify, FillMissing, Normalize, tabular_config
 from fastai.torch_core import noop, rank_distrib, set_seed
 from fastai_gpu_tabular import core
-from fastai_gpu_tabular.all import AUC, DistributedBatchDL, Lamb, TabularGPU, shard_layout, shard_span, tabular_learner
+from fastai_gpu_tabular.all import AUC, DistributedBatchDL, Lamb, TabularGPU, tabular_learner
 from fastai_gpu_tabular.bench.ddp import rank_epochs
 from fastai_gpu_tabular.datasets import load_adult
+from fastai_gpu_tabular.distributed import shard_layout, shard_span
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']
 CONTS = ['age', 'fnlwgt', 'educational-num', 'capital-gain', 'capital-loss', 'hours-per-week']

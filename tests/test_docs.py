@@ -3,7 +3,7 @@ of README.md, docs/**/*.md and CONTRIBUTING.md reaches a file that exists and, w
 (GitHub's anchors). Code blocks and code spans are not links."""
 import re
 from urllib.parse import unquote
-from recipes import ROOT, doc_files
+from helpers.recipes import ROOT, doc_files
 
 LINK = re.compile(r'!?\[[^\]]*\]\(([^()\s]+)(?:\s+"[^"]*")?\)')
 FENCE = re.compile(r'^```.*?^```', re.M | re.S)

@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from dropin import CATS, CONTS, adult, assert_same_state, assert_same_values, capture_display, named
 from fastai.data.block import MultiCategoryBlock
 from fastai.data.transforms import Normalize, RandomSplitter
 from fastai.tabular.all import (
@@ -21,7 +20,8 @@ from fastai.tabular.all import (
     cont_cat_split,
     noop,
 )
-from parity import assert_same_processing, build_both
+from helpers.dropin import CATS, CONTS, adult, assert_same_state, assert_same_values, capture_display, named
+from helpers.parity import assert_same_processing, build_both
 from fastai_gpu_tabular.all import BatchDataLoaders, TabularGPU
 from fastai_gpu_tabular.backend import to_backend, to_pandas
 

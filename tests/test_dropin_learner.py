@@ -2,7 +2,6 @@
 its tabular tutorial show, on fastai's TabularPandas and on ours, compared (the same weights, the same predictions)."""
 import pytest
 import torch
-from dropin import CATS, CONTS, adult, assert_same_values, capture_display
 from fastai.data.transforms import Normalize, RandomSplitter
 from fastai.layers import SigmoidRange
 from fastai.learner import load_learner
@@ -19,7 +18,8 @@ from fastai.tabular.all import (
     tabular_config,
 )
 from fastai.tabular.learner import tabular_learner as fastai_tabular_learner
-from parity import build_both
+from helpers.dropin import CATS, CONTS, adult, assert_same_values, capture_display
+from helpers.parity import build_both
 from fastai_gpu_tabular.all import BatchDataLoaders, TabularGPU, TabularModelGPU, tabular_learner
 
 PROCS = [Categorify, FillMissing, Normalize]

@@ -15,10 +15,11 @@ import pytest
 import torch
 from fastai.tabular.all import FillMissing, Normalize, load_learner
 import fastai_gpu_tabular
-from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths, load_adult, load_movielens_100k, tabular_learner
+from fastai_gpu_tabular.all import Categorify, TabularGPU, load_adult, load_movielens_100k, tabular_learner
 from fastai_gpu_tabular.data import BatchDataLoaders
 from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
 from fastai_gpu_tabular.extras import install_command
+from fastai_gpu_tabular.pack import cat_widths
 
 ort = pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')

@@ -7,21 +7,20 @@ import pytest
 import torch
 from fastai.tabular.all import Categorify as FastaiCategorify
 from fastai.tabular.all import FillMissing, Normalize, TabularPandas, get_emb_sz, load_learner
-from parity import assert_same_processing
+from helpers.parity import assert_same_processing
 from sklearn.utils import murmurhash3_32
 from fastai_gpu_tabular.all import (
     Categorify,
     HashBucket,
     HashedCross,
     TabularGPU,
-    bucket_labels,
     hash_column,
     hash_values,
     murmur3_32,
     tabular_learner,
 )
 from fastai_gpu_tabular.backend import to_pandas
-from fastai_gpu_tabular.datasets import load_adult, load_movielens
+from fastai_gpu_tabular.hashing import bucket_labels
 
 SEEDS = [0, 12345, 2**32 - 1]
 
@@ -30,12 +29,6 @@ def _sk_int(v, seed): return _sk(np.int64(v).tobytes(), seed)   # the documented
 def _buckets(vals, key, seed, nb, offset=1):
     "sklearn's bucket of each value plus `offset`; 0 for a missing one."
     return [0 if pd.isna(v) else offset + key(v, seed) % nb for v in vals]
-
-@pytest.fixture(scope='module')
-def adult(): return load_adult()
-
-@pytest.fixture(scope='module')
-def ml(): return load_movielens()
 
 def _strings(adult, ml) -> list:
     "Every distinct string of Adult and the MovieLens titles (non-ASCII, every length mod 4), and '', sorted."

@@ -1,4 +1,4 @@
-"""README.md's install commands (found by their recipe markers: tests/recipes.py), run as written: from a checkout,
+"""README.md's install commands (found by their markers: tests/helpers/recipes.py), run as written: from a checkout,
 from a git URL, the CUDA extras (resolved with `--dry-run`), Kaggle's offline wheelhouse, and the quick start where
 only the built wheel is installed. The fresh environment is a new venv that sees this one's packages (fastai, torch,
 pandas...) but not this package: what a Kaggle image is, with fastai and torch installed."""
@@ -13,8 +13,8 @@ import sysconfig
 import tomllib
 from pathlib import Path
 import pytest
+from helpers.recipes import recipe
 from packaging.version import Version
-from recipes import recipe
 from fastai_gpu_tabular.extras import REPOSITORY, install_command
 
 ROOT = Path(__file__).parent.parent
@@ -99,7 +99,7 @@ def test_install_commands_in_messages_are_the_readmes():
     assert REPOSITORY == URL and install_command() == git_cmd, (install_command(), git_cmd)
 
 def test_ci_runs_the_suite_on_the_stand_in_device():
-    "A pass of `.ci/run` runs README's test command with the CPU stand-in for a GPU (tests/fake_device.py)."
+    "A pass of `.ci/run` runs README's test command with the CPU stand-in for a GPU (tests/helpers/fake_device.py)."
     ci = [c for c in commands((ROOT/'.ci'/'run').read_text()) if 'FGT_FAKE_DEVICE' in c]
     assert ci == ['FGT_FAKE_DEVICE=lazy FGT_RESOLVE=0 PANDAS=3.0 bash scripts/test.sh --ignore=tests/test_install.py '
                   '--ignore=tests/test_recipes.py --ignore=tests/test_workflow.py || status=1'], ci

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 from fastai.tabular.all import Categorify, FillMissing, TabDataLoader, TabularPandas, default_device
-from parity import assert_same_batches
+from helpers.parity import assert_same_batches
 from scipy.stats import chisquare
 from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
 from fastai_gpu_tabular.datasets import load_adult

@@ -28,7 +28,7 @@ from fastai.tabular.all import (
     range_of,
     set_seed,
 )
-from host_sync import HostConversions
+from helpers.host_sync import HostConversions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -40,13 +40,11 @@ from fastai_gpu_tabular.all import (
     HitRate,
     LogLoss,
     TabularGPU,
-    binary_log_loss,
-    group_position,
     rank_metrics,
-    roc_auc,
     tabular_learner,
 )
 from fastai_gpu_tabular.datasets import load_movielens_100k
+from fastai_gpu_tabular.metrics import binary_log_loss, group_position, roc_auc
 
 HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

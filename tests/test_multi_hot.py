@@ -4,9 +4,10 @@ import pytest
 import torch
 from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
 import fastai_gpu_tabular.core as fgc
-from fastai_gpu_tabular.all import Categorify, TabularGPU, cat_widths
+from fastai_gpu_tabular.all import Categorify, TabularGPU
 from fastai_gpu_tabular.backend import to_backend, to_pandas
 from fastai_gpu_tabular.datasets import load_movielens, load_movielens_100k
+from fastai_gpu_tabular.pack import cat_widths
 
 @pytest.fixture(scope='module')
 def ml():

@@ -8,7 +8,8 @@ optimizer step, and the Recorder (its smoothed loss is a tensor, but `ProgressCa
 batch, and `AccumMetric`s such as `RocAucBinary` copy each batch to the host: not this package's to change).
 
 On CUDA the guard is `torch.cuda.set_sync_debug_mode('error')`; the CPU stand-in records, in the same scopes, every
-Python read of a tensor's value (`host_sync.HostConversions`), each of which would wait for the device on a GPU."""
+Python read of a tensor's value (`helpers.host_sync.HostConversions`), each of which would wait for the device on a
+GPU."""
 import numpy as np
 import pytest
 import torch
@@ -21,7 +22,7 @@ from fastai.metrics import RocAucBinary
 from fastai.tabular.core import FillMissing, Normalize
 from fastai.tabular.model import TabularModel, get_emb_sz
 from fastai.torch_core import set_seed
-from host_sync import HostConversions
+from helpers.host_sync import HostConversions
 from fastai_gpu_tabular.all import AUC, Categorify, LogLoss, TabularGPU
 from fastai_gpu_tabular.chunks import PackedChunks
 from fastai_gpu_tabular.datasets import load_adult

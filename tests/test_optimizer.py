@@ -25,7 +25,7 @@ from fastai.tabular.all import (
     set_seed,
     tabular_learner,
 )
-from host_sync import HostConversions
+from helpers.host_sync import HostConversions
 from torch import nn
 import fastai_gpu_tabular
 from fastai_gpu_tabular.optimizer import (

@@ -3,7 +3,13 @@
 import pandas as pd
 import pytest
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, range_of, set_seed
-from parity import FASTAI_LOADER_WORKS, assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
+from helpers.parity import (
+    FASTAI_LOADER_WORKS,
+    assert_same_batches,
+    assert_same_processing,
+    build_both,
+    fastai_valid_batches,
+)
 from fastai_gpu_tabular.all import tabular_learner
 from fastai_gpu_tabular.datasets import load_flights
 

@@ -3,7 +3,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from fastai.tabular.all import Categorify, FillMissing, FillStrategy, Normalize, RandomSplitter, TabularPandas, range_of
-from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
+from helpers.parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import is_str_dtype
 from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens, load_movielens_100k

@@ -8,7 +8,7 @@ from collections import defaultdict
 import pandas as pd
 from fastai.data.transforms import CategoryMap
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, range_of
-from parity import build_both
+from helpers.parity import build_both
 from fastai_gpu_tabular.datasets import load_adult
 from fastai_gpu_tabular.procs import LazyCategoryMap
 

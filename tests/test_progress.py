@@ -5,13 +5,9 @@ import pytest
 from fastai.tabular.all import CategoryBlock, FillMissing, Normalize
 import fastai_gpu_tabular.progress as fgp
 from fastai_gpu_tabular.all import Categorify, TabularGPU
-from fastai_gpu_tabular.datasets import load_adult
 
 KW = dict(procs=[Categorify, FillMissing, Normalize], cat_names=['workclass', 'education'],
           cont_names=['age', 'fnlwgt'], y_names='income', y_block=CategoryBlock())
-
-@pytest.fixture(scope='module')
-def adult(): return load_adult()
 
 def test_save_load_lines(adult, tmp_path, capsys):
     "Not a terminal (pytest's capture): one plain line a pass, with the rows and rows/s; none with progress=False."

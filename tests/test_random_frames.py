@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from fastai.tabular.all import Categorify, FillMissing, Normalize, TabularPandas
+from helpers.parity import assert_same_processing, build_both
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parity import assert_same_processing, build_both
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.backend import to_backend, to_pandas
 

@@ -1,8 +1,8 @@
 """Every python and shell block of the user docs (README.md, docs/) runs as written, each found by its marker
-(tests/recipes.py), on the data it names or on data the package ships. A block that leaves names to the reader (`df`,
-`cats`, `to`, `learn`...) gets them from shipped data; what the block's comments claim is checked where it is cheap.
-The multi-process ones run under torchrun and accelerate on gloo, the Keras one in its own Python (Keras reads its
-backend once), the demo command against a stand-in venv. tests/test_install.py runs the install blocks."""
+(tests/helpers/recipes.py), on the data it names or on data the package ships. A block that leaves names to the reader
+(`df`, `cats`, `to`, `learn`...) gets them from shipped data; what the block's comments claim is checked where it is
+cheap. The multi-process ones run under torchrun and accelerate on gloo, the Keras one in its own Python (Keras reads
+its backend once), the demo command against a stand-in venv. tests/test_install.py runs the install blocks."""
 import importlib.util
 import json
 import os
@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from recipes import ROOT, recipe, recipes, unmarked
+from helpers.recipes import ROOT, recipe, recipes, unmarked
 
 STAR = 'from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n'
 ADULT_CATS, ADULT_CONTS = ['workclass', 'education', 'gender'], ['age', 'fnlwgt', 'hours-per-week']

@@ -16,18 +16,12 @@ from fastai.tabular.all import (
     range_of,
     set_seed,
 )
-from fastai_gpu_tabular.all import (
-    Categorify,
-    Lamb,
-    TabularGPU,
-    TabularModelGPU,
-    cat_widths,
-    sparse_adam_step,
-    sparse_columns,
-    tabular_learner,
-)
+from fastai_gpu_tabular.all import Categorify, Lamb, TabularGPU, TabularModelGPU, tabular_learner
 from fastai_gpu_tabular.datasets import load_movielens
+from fastai_gpu_tabular.learner import sparse_columns
 from fastai_gpu_tabular.model import bag_lookup
+from fastai_gpu_tabular.optimizer import sparse_adam_step
+from fastai_gpu_tabular.pack import cat_widths
 
 @pytest.fixture(scope='module')
 def dls():

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from fake_device import CHILD_PRELUDE
 from fastai.tabular import core as fatc
 from fastai.tabular.all import (
     CategoryBlock,
@@ -25,21 +24,17 @@ from fastai.tabular.all import (
     set_seed,
     tabular_learner,
 )
-from parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
+from helpers.fake_device import CHILD_PRELUDE
+from helpers.parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 import fastai_gpu_tabular.core as fgc
-from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU, decode_values, encode_values
+from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU
 from fastai_gpu_tabular.backend import backend_of, to_pandas
-from fastai_gpu_tabular.datasets import load_adult, load_flights, load_movielens
+from fastai_gpu_tabular.datasets import load_flights
+from fastai_gpu_tabular.proc_state import decode_values, encode_values
 
 ADULT = dict(cat_names=['workclass', 'education', 'marital-status', 'occupation', 'gender', 'native-country'],
              cont_names=['age', 'fnlwgt', 'educational-num', 'hours-per-week'], y_names='income',
              y_block=CategoryBlock())
-
-@pytest.fixture(scope='module')
-def adult(): return load_adult()
-
-@pytest.fixture(scope='module')
-def ml(): return load_movielens()
 
 def _ml_kw(df, procs=None):
     "MovieLens ratings: user and movie IDs, genres as a multi-hot column, year (NaN: FillMissing), a regression."

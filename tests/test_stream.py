@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from fake_device import CHILD_PRELUDE
+from helpers.fake_device import CHILD_PRELUDE
 from torch.overrides import TorchFunctionMode
 from fastai_gpu_tabular.chunks import PackedChunks
 from fastai_gpu_tabular.stream import StreamDataLoader, _rank_slices

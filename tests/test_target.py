@@ -11,14 +11,12 @@ from fastai.learner import load_learner
 from fastai.tabular.all import Categorify, FillMissing, TabularPandas
 from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.preprocessing import TargetEncoder
-from fastai_gpu_tabular.all import TabularGPU, TargetEncode, tabular_learner, target_encodings
+from fastai_gpu_tabular.all import TabularGPU, TargetEncode, tabular_learner
 from fastai_gpu_tabular.backend import to_pandas
-from fastai_gpu_tabular.datasets import load_adult, load_movielens
+from fastai_gpu_tabular.datasets import load_movielens
+from fastai_gpu_tabular.target import target_encodings
 
 SMOOTHS = ['auto', 10.0, 0.0]
-
-@pytest.fixture(scope='module')
-def adult(): return load_adult()
 
 @pytest.fixture(scope='module')
 def ratings(): return load_movielens()

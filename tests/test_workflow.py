@@ -25,7 +25,7 @@ from fastai.tabular.all import (
     set_seed,
     tabular_learner,
 )
-from parity import assert_same_batches, assert_same_processing
+from helpers.parity import assert_same_batches, assert_same_processing
 import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, TabularGPU
 from fastai_gpu_tabular.backend import to_backend

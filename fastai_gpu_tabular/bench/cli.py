@@ -10,7 +10,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .contenders import CONTENDERS, OPTIONAL, SCHEMA_VERSION, format_table, plot_ratios, run_bench, worker
+from .contender import CONTENDERS, OPTIONAL, worker
+from .fastai_suite import SCHEMA_VERSION, format_table, plot_ratios, run_bench
 from .machine import hardware, versions
 
 __all__ = ['SUITES', 'int_list', 'name_list', 'run_suite', 'format_suite', 'main']

@@ -22,14 +22,14 @@ def embedding_suite(n_table=1_000_000, dim=32, n_small=8, bs=32768, steps=40, de
     g = torch.Generator().manual_seed(seed)
     ids = (torch.rand(steps, bs, generator=g) ** 3 * n_table).long().clamp(max=n_table - 1)
     small = torch.randint(0, 1000, (steps, bs, n_small), generator=g)
-    x_cont, y = torch.randn(steps, bs, 13, generator=g), torch.randint(0, 2, (steps, bs), generator=g)
-    emb, res = [(n_table, dim)] + [(1000, dim)] * n_small, {}
+    x_cont,y = torch.randn(steps, bs, 13, generator=g), torch.randint(0, 2, (steps, bs), generator=g)
+    emb,res = [(n_table, dim)] + [(1000, dim)] * n_small, {}
     for config in ('dense', 'sparse', 'fused', 'fused_sparse'):
         torch.manual_seed(seed)
         sparse = {'sparse': (0,), 'fused_sparse': tuple(range(len(emb)))}.get(config, ())
         model = TabularModelGPU(emb, 13, 2, [256, 128], sparse=sparse, fused=config.startswith('fused')).to(device)
         opt = (sparse_opt(Adam) if sparse else Adam)(list(model.parameters()), lr=1e-3)
-        t_step, t_all = [], []
+        t_step,t_all = [], []
         for i in range(steps):
             x_cat = torch.cat([ids[i, :, None], small[i]], 1).to(device)
             t0 = time.perf_counter()

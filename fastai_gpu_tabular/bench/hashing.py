@@ -34,7 +34,7 @@ def hashing_suite(rows=(1_000_000, 10_000_000), distinct_frac=0.1, num_buckets=1
         for n in rows:
             col = _column(kind, n, max(int(n * distinct_frac), 1), rng)
             r = {'distinct': int(col.nunique())}
-            for name, f in ways.items():
+            for name,f in ways.items():
                 ts = []
                 for _ in range(reps):
                     t0 = time.perf_counter(); f(col); ts.append(time.perf_counter() - t0)

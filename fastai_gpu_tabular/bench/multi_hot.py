@@ -37,7 +37,7 @@ def multi_hot_suite(n=400_000, bs=32768, vocab=1000, dim=16, reps=3, device='cpu
                    'values_offsets': (ragged, lambda vo, w=w: F.embedding_bag(vo[0], w, vo[1], mode='mean'))}
         r = {'mean_len': round(lens.float().mean().item(), 2), 'max_len': int(lens.max())}
         for name,(gather,bag) in layouts.items():
-            tg, tb = [], []
+            tg,tb = [], []
             for _ in range(reps):
                 perm = torch.randperm(n, device=device)
                 for i in range(0, n - bs + 1, bs):

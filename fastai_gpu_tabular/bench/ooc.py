@@ -23,7 +23,7 @@ PROCS = ('Categorify', 'FillMissing', 'Normalize')
 
 def tree_rss_mb(pid:int) -> float:
     "The resident memory of process `pid` and all its descendants now, in MB (Linux's /proc)."
-    total, todo = 0, [pid]
+    total,todo = 0, [pid]
     while todo:
         p = todo.pop()
         try:
@@ -37,7 +37,8 @@ def tree_rss_mb(pid:int) -> float:
 class _TreePeak:
     "The largest `tree_rss_mb(pid)` seen, polled every `every` seconds on a thread."
     def __init__(self, pid, every=0.25):
-        self.pid, self.every, self.peak, self.stop = pid, every, 0., threading.Event()
+        self.pid,self.every = pid,every
+        self.peak,self.stop = 0.,threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
     def _run(self):
@@ -54,7 +55,7 @@ def _spawn(fn, args:dict, timeout) -> dict:
         out = Path(d)/'r.json'
         code = f'import json, sys; from {__name__} import {fn}; {fn}(json.loads(sys.argv[1]), sys.argv[2])'
         p = subprocess.Popen([sys.executable, '-c', code, json.dumps(args), str(out)])
-        meter, why = _TreePeak(p.pid), None
+        meter,why = _TreePeak(p.pid), None
         try: p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
@@ -74,7 +75,7 @@ def _du(path) -> int:
 
 def _names():
     from ..datasets import criteo_names
-    cats, conts, y = criteo_names()
+    cats,conts,y = criteo_names()
     return dict(cat_names=list(cats), cont_names=list(conts), y_names=y)
 
 def _procs():
@@ -100,9 +101,9 @@ def batch_checksum(b) -> int:
 def chunks_checksum(chunks, piece_rows=1 << 20) -> tuple:
     "`(rows, sum of batch_checksum)` of every row of `chunks`, read in order a piece at a time."
     from ..pack import unpack_rows
-    n, s = 0, 0
+    n,s = 0, 0
     for i,a,b in chunks.pieces(piece_rows):
-        n, s = n + b - a, s + batch_checksum(unpack_rows(chunks.read(i, a, b), chunks.layout))
+        n,s = n + b - a, s + batch_checksum(unpack_rows(chunks.read(i, a, b), chunks.layout))
     return n, s % 2**64
 
 # --- the children --------------------------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ def stock_worker(o:dict, out):
     from .machine import RSSMeter
     rss = RSSMeter()
     base = rss.now()   # the interpreter and its imports: what does not grow with the rows
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0,c0 = time.perf_counter(), time.process_time()
     df = pd.concat([pd.read_parquet(f) for f in o['files']], ignore_index=True)
     frame = int(df.memory_usage(deep=True).sum())
     to = TabularPandas(df, procs=_procs(), splits=ColSplitter('is_valid')(df), **_names())
@@ -142,10 +143,10 @@ def ooc_worker(o:dict, out):
     from ..core import TabularGPU
     from .machine import RSSMeter
     from .timing import loader_epoch
-    rss, res = RSSMeter(), dict(status='running')
+    rss,res = RSSMeter(), dict(status='running')
     save = lambda **kw: (res.update(kw), Path(out).write_text(json.dumps(res)))
     save(baseline_rss_mb=round(rss.now(), 1))
-    t0, c0 = time.perf_counter(), os.times()
+    t0,c0 = time.perf_counter(), os.times()
     with dask.config.set(scheduler=o['scheduler']):
         ddf = dd.read_parquet(o['data'])
         to = TabularGPU(ddf, procs=_procs(), splits='is_valid', chunk_dir=o['chunk_dir'], **_names())
@@ -161,11 +162,11 @@ def ooc_worker(o:dict, out):
     train = dls.train
     save(loader=type(train).__name__, piece_rows=getattr(train, 'piece_rows', None), window=getattr(train, 'window',
                                                                                                       None))
-    s, n, nb, first, whole = loader_epoch(train, float('inf'), 'cpu')
+    s,n,nb,first,whole = loader_epoch(train, float('inf'), 'cpu')
     save(epoch_s=round(s, 2), epoch_rows=n, epoch_batches=nb, epoch_rows_per_s=round(n / s))
-    seen, total = 0, 0
+    seen,total = 0, 0
     for b in train.new(drop_last=False):   # every row, the last partial batch too
-        seen, total = seen + len(b[0]), total + batch_checksum(b)
+        seen,total = seen + len(b[0]), total + batch_checksum(b)
     want = chunks_checksum(to.train.chunks)
     save(served_rows=seen, served_once=(seen, total % 2**64) == want, chunk_rows=want[0])
 
@@ -175,7 +176,7 @@ def ooc_worker(o:dict, out):
         def before_fit(self): self.t0, self.k, self.rows = time.perf_counter(), 0, 0
         def after_batch(self):
             if not self.training: return
-            self.k, self.rows = self.k + 1, self.rows + len(self.xb[0])
+            self.k,self.rows = self.k + 1, self.rows + len(self.xb[0])
             if self.k >= self.n: raise CancelFitException()
         def after_fit(self): self.s = time.perf_counter() - self.t0
     stop = Stop(o['train_batches'])
@@ -199,7 +200,7 @@ def _slice(chunks, rows:int, path):
     "The first files of `chunks` up to `rows` rows, as `PackedChunks` of links in `path` (at least one file)."
     from ..chunks import PackedChunks
     Path(path).mkdir(parents=True, exist_ok=True)
-    files, n = [], 0
+    files,n = [], 0
     for f,k in zip(chunks.files, chunks.lens.tolist()):
         if files and n + k > rows: break
         (Path(path)/f).symlink_to((chunks.path/f).resolve())
@@ -284,7 +285,7 @@ def run(opts) -> dict:
 def format_table(res) -> str:
     "The suite's results as tables."
     gb = lambda b: '-' if b is None else f'{b / 2**30:,.1f} GiB' if b >= 2**30 else f'{b / MB:,.0f} MB'
-    f, st, o = res['frame'], res['stock'], res['ours']
+    f,st,o = res['frame'], res['stock'], res['ours']
     out = [f"{res['rows']:,} Criteo-like rows in {res['parts']} Parquet parts ({gb(res['parquet_bytes'])} on disk); "
            f"RAM {gb(res['ram_bytes'])}; pandas {res['pandas']}",
            f"the pandas frame: {f['row_bytes']:,.0f} bytes a row ({', '.join(f['dtypes'])}; "

@@ -23,20 +23,20 @@ def saved_suite(n=1_000_000, seed=0, repeat=1, path=None) -> dict:
     from ..datasets import criteo_names, make_criteo
     from ..procs import Categorify
     df = make_criteo(n, seed)
-    cats, conts, y = criteo_names()
+    cats,conts,y = criteo_names()
     splits = RandomSplitter(valid_pct=0.2, seed=seed)(range(len(df)))
     build = lambda: TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=cats, cont_names=conts,
                                y_names=y, y_block=CategoryBlock(), splits=splits)
-    procs_s, to = fastest(build, repeat)
-    rows, _ = to.packed_rows('cpu')
+    procs_s,to = fastest(build, repeat)
+    rows,_ = to.packed_rows('cpu')
     with tempfile.TemporaryDirectory(prefix='fgt-saved-', dir=path) as d:
         d = Path(d)/'tabular'
-        save_s, _ = fastest(lambda: to.save(d, progress=False), repeat)
+        save_s,_ = fastest(lambda: to.save(d, progress=False), repeat)
         files = [p for p in d.rglob('*') if p.is_file()]
         on_disk = sum(p.stat().st_size for p in files)
         row_bytes = sum(p.stat().st_size for p in files if p.parent.name in ('train', 'valid') and p.suffix == '.npy')
-        load_s, back = fastest(lambda: TabularGPU.load(d, progress=False), repeat)
-        fast_s, _ = fastest(lambda: TabularGPU.load(d, progress=False, verify=False), repeat)
+        load_s,back = fastest(lambda: TabularGPU.load(d, progress=False), repeat)
+        fast_s,_ = fastest(lambda: TabularGPU.load(d, progress=False, verify=False), repeat)
         assert len(back) == len(to) and back.split == to.split
         released = back.released is not None   # the frame left to the packed rows (`packs_whole`), not rebuilt
     return {'rows': n, 'width': int(rows.shape[1]), 'procs_s': round(procs_s, 3), 'save_s': round(save_s, 3),

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from .cli import int_list, name_list
-from .contenders import run_child
+from .fastai_suite import run_child
 from .machine import MB, RSSMeter
 from .report import fmt, ratio, table
 from .timing import time_loader
@@ -51,13 +51,13 @@ class _Passes:
     def __init__(self):
         from dask.callbacks import Callback
         from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
-        self.passes, self.reads, self.engine = 0, 0, ArrowDatasetEngine
+        self.passes,self.reads,self.engine = 0, 0, ArrowDatasetEngine
         self.read = ArrowDatasetEngine.read_partition.__func__
         def read(cls, *a, **k):
             self.reads += 1
             return self.read(cls, *a, **k)
         def start(dsk): self.passes += 1
-        self.callback, self.counting = Callback(start=start), classmethod(read)
+        self.callback,self.counting = Callback(start=start), classmethod(read)
 
     def __enter__(self):
         self.engine.read_partition = self.counting
@@ -82,14 +82,14 @@ def etl_worker(name, data, out, opts):
     from ..core import TabularGPU
     from ..datasets import criteo_names
     if opts.get('threads'): torch.set_num_threads(opts['threads'])
-    cats, conts, y = criteo_names()
+    cats,conts,y = criteo_names()
     kw = lambda: dict(procs=[Categorify, FillMissing, Normalize], cat_names=list(cats), cont_names=list(conts),
                       y_names=y, y_block=CategoryBlock())
-    rss, res = RSSMeter(), dict(status='ok', etl=name)
+    rss,res = RSSMeter(), dict(status='ok', etl=name)
     res['baseline_rss_mb'] = round(rss.now(), 1)
     if name == 'dask': shutil.rmtree(opts['chunk_dir'], ignore_errors=True)   # a last run's chunks: not this ETL's work
     rss.reset()
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0,c0 = time.perf_counter(), time.process_time()
     if name == 'dask':
         import dask
         import dask.dataframe as dd
@@ -186,7 +186,7 @@ def _sorted_copy(chunks, path):
     "The training rows sorted by label, in files of the same sizes (so the stream cuts the same pieces)."
     import torch
     rows = chunks.packed_rows()[0]   # cached: the resident loader's, on the CPU
-    a, b, dt = chunks.layout.ys
+    a,b,dt = chunks.layout.ys
     y = rows[:, a:b].view(dt)[:, 0]
     rows = rows[torch.argsort(y, stable=True)]
     return _store_like(chunks, path, lambda s, e: rows[s:e], chunks.layout, chunks.width), int((y == 0).sum())
@@ -222,7 +222,7 @@ def _train_auc(train_dl, valid, n_cont, cards, opts, device) -> dict:
     learn = Learner(DataLoaders(train_dl, valid, device=device), model, loss_func=CrossEntropyLossFlat(), opt_func=Adam)
     t0 = time.perf_counter()
     with learn.no_bar(), learn.no_logging(): learn.fit_one_cycle(1, opts.lr)
-    s, loss = time.perf_counter() - t0, float(learn.recorder.losses[-1])   # get_preds empties the recorder
+    s,loss = time.perf_counter() - t0, float(learn.recorder.losses[-1])   # get_preds empties the recorder
     with learn.no_bar(): preds, targs = learn.get_preds()
     return dict(valid_auc=round(float(roc_auc_score(targs.reshape(-1).numpy(), preds[:, 1].numpy())), 4),
                 train_s=round(s, 1), train_loss=round(loss, 4))
@@ -232,7 +232,7 @@ def _shuffle(work, train, valid, cards, n_cont, opts, device) -> dict:
     shuffle, on the label-sorted training rows: the row-order statistics, and the AUC after one epoch."""
     from ..loader import BatchDataLoader
     from ..stream import StreamDataLoader
-    srt, n0 = _sorted_copy(train, work/'sorted')
+    srt,n0 = _sorted_copy(train, work/'sorted')
     pos = _positions_store(train, work/'positions')
     bs = opts.train_bs or 32768
     def orders(store):
@@ -263,7 +263,7 @@ def scale_suite(opts) -> dict:
     device = torch.device(opts.device)
     sizes = [opts.rows] if opts.rows else sorted(opts.scale_rows)
     work = Path(opts.out).resolve().parent/'scale_work'
-    res, avail = {'sizes': {}}, _available_mb()
+    res,avail = {'sizes': {}}, _available_mb()
     for n in sizes:
         t0 = time.perf_counter()
         data = criteo_parts(work/f'criteo_{n}_s{opts.seed}', n, opts.seed, part_rows=opts.part_rows)
@@ -288,7 +288,7 @@ def scale_suite(opts) -> dict:
                        for ref in ('fastai', 'memory') if ref in ok for k in ('memory', 'dask') if k in ok and k != ref}
     n = sizes[0]
     if not opts.no_loader and (work/f'chunks_{n}'/'train'/'chunks.json').exists():
-        train, valid = (PackedChunks(work/f'chunks_{n}'/s) for s in ('train', 'valid'))
+        train,valid = (PackedChunks(work/f'chunks_{n}'/s) for s in ('train', 'valid'))
         print(f'[scale] loaders on {n:,} rows', file=sys.stderr, flush=True)
         res['loader'] = {'rows': len(train), 'by_bs': _loaders(train, opts, device)}
         if not opts.no_train:
@@ -301,7 +301,7 @@ def scale_suite(opts) -> dict:
 
 def _cards(*chunks) -> list:
     "Embedding table sizes: the largest code in each cat column of the chunks, plus one."
-    a, b, _ = chunks[0].layout.cats
+    a,b,_ = chunks[0].layout.cats
     top = [c.packed_rows()[0][:, a:b].amax(0) for c in chunks if len(c)]   # cached for the loaders
     return [int(c) + 1 for c in (top[0] if len(top) == 1 else top[0].maximum(top[1])).tolist()]
 
@@ -312,7 +312,7 @@ def run(opts) -> dict:
 
 def format_table(res) -> str:
     "The suite's results as tables: ETL per size, the loaders, the shuffle."
-    out, rows = [], []
+    out,rows = [], []
     for n,r in res['sizes'].items():
         for k,e in r['etl'].items():
             if e.get('status') != 'ok':

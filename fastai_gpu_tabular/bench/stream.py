@@ -85,11 +85,11 @@ def stream_suite(n=1_000_000, seed=0, bs=(4096, 32768, 204800), window=32, piece
     from ..datasets import criteo_names, make_criteo
     from ..procs import Categorify
     df = make_criteo(n, seed)
-    cats, conts, y = criteo_names()
+    cats,conts,y = criteo_names()
     to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=cats, cont_names=conts, y_names=y,
                     y_block=CategoryBlock(), splits=RandomSplitter(valid_pct=0.2, seed=seed)(range(len(df))))
     del df
-    rows, layout = to.train.packed_rows('cpu')
+    rows,layout = to.train.packed_rows('cpu')
     del to
     piece_rows = piece_rows or max(len(rows) * 8 // (100 * window), 1024)
     with tempfile.TemporaryDirectory(prefix='fgt-stream-', dir=path) as d:

@@ -26,7 +26,7 @@ def target_suite(rows:int=1_000_000, names=('C4', 'C10', 'C16', 'C22'), smooth='
     rng = np.random.default_rng(seed)
     valid = rng.random(rows) < 0.2
     splits = (np.flatnonzero(~valid), np.flatnonzero(valid))
-    tr, va = df.iloc[splits[0]], df.iloc[splits[1]]
+    tr,va = df.iloc[splits[0]], df.iloc[splits[1]]
     def sk():
         enc = TargetEncoder(smooth=smooth, cv=StratifiedKFold(folds, shuffle=True, random_state=seed))
         return np.concatenate([enc.fit_transform(tr[names], tr['label']), enc.transform(va[names])])

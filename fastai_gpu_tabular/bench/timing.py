@@ -9,7 +9,7 @@ __all__ = ['fastest', 'loader_epoch', 'time_loader', 'bare_epoch', 'gather_bandw
 
 def fastest(f, repeat:int=1) -> tuple:
     "The fastest of `repeat` runs of `f()`, in seconds (the least disturbed by other processes), and the last result."
-    best, res = None, None
+    best,res = None, None
     for _ in range(repeat):
         t0 = time.perf_counter()
         res = f()

@@ -19,7 +19,7 @@ from .scan import ContFacts
 from .stats import compute, delayed, exact_moments
 from .target import category_codes, training_values
 
-__all__ = ['register_dask_groupby']
+__all__ = []
 
 def _group_step(state:dict, part, conts:list, vocabs:dict, means:dict|None=None) -> dict:
     """One partition's rows added, in row order, onto `state` ({(cat, cont): (counts, sums)}): each category's

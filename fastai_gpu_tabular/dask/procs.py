@@ -30,7 +30,7 @@ from ..procs import (
 from .scan import ColumnValues
 from .stats import compute, delayed, exact_median, exact_mode, exact_moments, mean_dtype
 
-__all__ = ['register_dask_procs']
+__all__ = []
 
 _INDEXES = weakref.WeakKeyDictionary()   # Categorify -> {column: its vocabulary as a pandas Index}, in each process
 _LUTS = weakref.WeakKeyDictionary()   # Categorify -> {column: (categories, the code of each, and of a missing value)}

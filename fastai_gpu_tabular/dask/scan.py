@@ -30,8 +30,7 @@ from ..checks import nan_as_null
 from ..chunks import part_name
 from .split import valid_mask
 
-__all__ = ['ColumnValues', 'ContFacts', 'ScanSpec', 'scan_part', 'merge_values', 'save_remaps', 'CacheDir',
-           'CachedColumn', 'CachedParts']
+__all__ = []
 
 @dataclasses.dataclass(frozen=True)
 class ColumnValues:

@@ -5,7 +5,7 @@ from fastcore.foundation import L
 
 from ..backend import is_dask
 
-__all__ = ['valid_mask']
+__all__ = []
 
 def _truthy(col): return col.astype(bool)
 

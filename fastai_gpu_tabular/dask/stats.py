@@ -7,7 +7,7 @@ import pandas as pd
 
 from ..backend import is_cudf, to_host
 
-__all__ = ['pairwise_sum', 'SumPlan', 'exact_moments', 'exact_median', 'exact_mode']
+__all__ = []
 # also public, not star-exported (generic names): `compute`, `delayed`, `run`, `mean_dtype`
 
 def compute(*tasks):

@@ -74,7 +74,7 @@ from .split import valid_mask
 from .stats import compute, delayed
 from .target import TargetEncode, register_dask_target
 
-__all__ = ['TabularDask', 'DaskScan', 'valid_mask']
+__all__ = ['TabularDask']
 
 _MEDIAN_SAMPLE = 4096   # training values a partition samples from each continuous column, to bracket the median
 # bytes of training rows' continuous columns held in memory while the procs are set up: FillMissing's median and mode

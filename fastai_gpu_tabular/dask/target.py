@@ -24,7 +24,7 @@ from .scan import ContFacts
 from .split import valid_mask
 from .stats import compute, delayed, exact_moments
 
-__all__ = ['register_dask_target', 'category_codes', 'training_values']
+__all__ = []
 
 _ALL = -1   # the fold key of the statistic of all training rows
 _ROW = '__target_encode_row__'   # each training row's position among them, a column while encoding

@@ -9,8 +9,8 @@ import pandas as pd
 
 from ..backend import Frame, is_str_dtype, to_backend
 
-__all__ = ['datasets_path', 'load_flights', 'load_adult', 'load_movielens', 'load_movielens_100k', 'package_path',
-           'criteo_names', 'make_criteo', 'criteo_parquet', 'criteo_parts', 'load_flights_3m']
+__all__ = ['load_adult', 'load_flights', 'load_flights_3m', 'load_movielens', 'load_movielens_100k', 'make_criteo',
+           'criteo_parquet']
 
 def datasets_path() -> Path:
     "Where the shipped datasets live (see `datasets/README.md` there for their sources and licences)."
@@ -48,9 +48,9 @@ def load_movielens_100k(backend:str|None=None, genres_as_list:bool=True) -> Fram
     """MovieLens 100K (GroupLens; no redistribution: read from the installed `recbole` package) as one frame: the
     100,000 ratings joined with user features (age, gender, occupation, zip_code) and movie genres."""
     d = package_path('recbole')/'dataset_example'/'ml-100k'
-    inter, item, user = (pd.read_csv(d/f'ml-100k.{e}', sep='\t') for e in ('inter', 'item', 'user'))
+    inter,item,user = (pd.read_csv(d/f'ml-100k.{e}', sep='\t') for e in ('inter', 'item', 'user'))
     strip = lambda df: df.rename(columns=lambda c: c.split(':')[0])
-    inter, item, user = strip(inter), strip(item), strip(user)
+    inter,item,user = strip(inter), strip(item), strip(user)
     item = item.rename(columns={'class': 'genres'})
     if genres_as_list: item['genres'] = item['genres'].str.split(' ')
     df = inter.merge(user, on='user_id').merge(item[['item_id', 'release_year', 'genres']], on='item_id')
@@ -84,9 +84,9 @@ def make_criteo(n_rows:int, seed:int=0, max_card:int=1_000_000) -> pd.DataFrame:
     something; 13 heavy-tailed counts `I1..I13` with 15-40% NaN; 26 categorical 8-hex-digit strings `C1..C26`, power-law
     distributed, cardinalities log-spaced from 10 to `max_card`, 0-30% missing."""
     rng = np.random.default_rng(seed)
-    cats, conts, y = criteo_names()
+    cats,conts,y = criteo_names()
     cards = np.geomspace(10, max_card, len(cats)).round().astype(np.int64)
-    df, logit = {}, np.full(n_rows, -1.6)
+    df,logit = {}, np.full(n_rows, -1.6)
     for j,name in enumerate(conts):
         x = np.floor(rng.lognormal(mean=rng.uniform(0, 3), sigma=rng.uniform(0.8, 2.0), size=n_rows))
         if j < 6: logit += rng.normal(0, 0.6) * (np.log1p(x) - np.log1p(x).mean()) / (np.log1p(x).std() + 1e-9)
@@ -117,7 +117,8 @@ def criteo_parts(path, n_rows:int, seed:int=0, part_rows:int=500_000, max_card:i
     is `make_criteo`'s (columns, laws, label model); its world (vocabularies, value propensities, column laws) is drawn
     once from `seed` and each part's rows from their own stream, so the rows are not `make_criteo(n_rows, seed)`'s.
     Kept if the folder already holds these rows."""
-    path, cats, conts, y = Path(path), *criteo_names()
+    path = Path(path)
+    cats,conts,y = criteo_names()
     spec = dict(n_rows=n_rows, seed=seed, part_rows=part_rows, max_card=max_card, valid_pct=valid_pct)
     if (path/'_spec.json').exists() and json.loads((path/'_spec.json').read_text()) == spec: return path
     path.mkdir(parents=True, exist_ok=True)
@@ -130,8 +131,8 @@ def criteo_parts(path, n_rows:int, seed:int=0, part_rows:int=500_000, max_card:i
                rng.normal(0, 0.8, size=card) * (j % 2 + 0.5) if j % 3 == 0 else None, rng.uniform(0, 0.3))
               for j,card in enumerate(cards)]
     for i,start in enumerate(range(0, n_rows, part_rows)):
-        m, r = min(part_rows, n_rows - start), np.random.default_rng([seed, i + 1])
-        df, logit = {}, np.full(m, -1.6)
+        m,r = min(part_rows, n_rows - start), np.random.default_rng([seed, i + 1])
+        df,logit = {}, np.full(m, -1.6)
         for name,(mu,sigma,coef,nan) in zip(conts, laws):
             x = np.floor(r.lognormal(mean=mu, sigma=sigma, size=m))
             if coef: logit += coef * (np.log1p(x) - np.log1p(x).mean()) / (np.log1p(x).std() + 1e-9)

@@ -26,8 +26,8 @@ LAZY_CANNOT = {
 # what a child Python runs first: the stand-in where the parent has it (FGT_FAKE_DEVICE is inherited)
 CHILD_PRELUDE = f"""import os, sys
 if os.environ.get('FGT_FAKE_DEVICE'):
-    sys.path.insert(0, {str(Path(__file__).parent)!r})
-    from fake_device import use_fake_device
+    sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+    from helpers.fake_device import use_fake_device
     use_fake_device(os.environ['FGT_FAKE_DEVICE'])
 """
 

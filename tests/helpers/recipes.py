@@ -5,7 +5,7 @@ import functools
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 MARKED = re.compile(r'^<!-- recipe: ([\w-]+) -->\n```(\w*)\n(.*?)^```', re.M | re.S)
 CODE_LANGS = ('python', 'bash', 'sh', 'shell')
 
