@@ -17,6 +17,7 @@ from fastcore.foundation import L
 from .backend import (
     Column,
     Frame,
+    as_numbers,
     column_kind,
     first_value,
     holds_strings,
@@ -25,13 +26,15 @@ from .backend import (
     is_numeric_dtype,
     is_str_dtype,
     mixed_types_error,
+    mixed_values,
+    nan_as_null,
     split_lists,
     value_kind,
 )
 
 __all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
            'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
-           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'nan_as_null', 'prepare_columns', 'made_columns',
+           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'prepare_columns', 'made_columns',
            'raw_columns', 'check_value_types', 'check_kind', 'guard_setups']
 
 def guard_setups(f:Callable) -> Callable:
@@ -110,16 +113,10 @@ def check_value_types(items:Frame, cat_names:list, multi_hot:dict) -> None:
     """fastai sorts a cat column's values into its vocabulary: a TypeError naming the first single-hot cat column of
     `items` whose values are of kinds that do not sort together (strings and numbers), whether fastai's shrink cast it
     to a category (its categories then hold them) or not. None and NaN are missing values, not a type."""
-    if is_cudf(items): return   # a cuDF column holds one type
     for n in cat_names:
         if n in multi_hot or n not in items.columns: continue
-        col = items[n]
-        vals = col.cat.categories if isinstance(col.dtype, pd.CategoricalDtype) else col if col.dtype == object else ()
-        # pandas' C pass says which may mix; the distinct values then say whether they do (ints and floats sort)
-        if not len(vals) or pd.api.types.infer_dtype(vals, skipna=True) not in ('mixed', 'mixed-integer'): continue
-        u = pd.unique(np.asarray(vals, dtype=object))
-        u = u[~pd.isna(u)]
-        if len({value_kind(v) for v in u}) > 1: raise mixed_types_error(n, u)
+        u = mixed_values(items[n])
+        if u is not None: raise mixed_types_error(n, u)
 
 def check_kind(name:str, col:Column, vocab:list, buckets:int=0) -> None:
     """A UserWarning when a later frame's cat column `col` holds another kind of value (`column_kind`) than its
@@ -141,6 +138,7 @@ def check_kind(name:str, col:Column, vocab:list, buckets:int=0) -> None:
 def count_inf(col:Column) -> int:
     "Rows of `col` holding +-inf: one vectorized pass (only float columns can hold inf)."
     if getattr(col.dtype, 'kind', None) != 'f': return 0
+    # a performance path for pandas: NumPy's isinf in place, no Series of bools
     if not is_cudf(col) and isinstance(col.dtype, np.dtype): return int(np.isinf(col.to_numpy()).sum())
     return int((col.abs() == np.inf).sum())   # cuDF, and pandas' nullable floats
 
@@ -208,12 +206,6 @@ def multi_hot_columns(items:Frame, cat_names:list, multi_hot:dict|list|None) -> 
         if n in items.columns and n not in mh and is_list_dtype(items[n]): mh[n] = None
     return mh
 
-def nan_as_null(df:Frame) -> dict:
-    """cuDF keeps NaN apart from null, which fastai's procs treat alike: {name: the column with NaN as null} of `df`'s
-    float columns on cuDF, {} on pandas."""
-    if not is_cudf(df): return {}
-    return {c: df[c].nans_to_nulls() for c in df.columns if df[c].dtype.kind == 'f'}
-
 def prepare_columns(items:Frame, cont_names:list, y_names:list, multi_hot:dict) -> Frame:
     """The in-memory frame `items` (a copy, or the caller's with `inplace`) made ready for the procs, in place: conts
     coerced to numbers (predict's `row.to_frame().T` is all object), multi-hot strings split into lists, NaN as null on
@@ -227,12 +219,12 @@ def prepare_columns(items:Frame, cont_names:list, y_names:list, multi_hot:dict) 
         if n not in items.columns: continue
         dt = items[n].dtype
         if is_numeric_dtype(dt) and not is_str_dtype(dt): continue
-        if is_cudf(items) or type(dt).__name__ == 'CategoricalDtype':
-            raise TypeError(f"continuous column {n!r} has dtype {dt}, not a number: put it in cat_names or convert it")
-        try: v = pd.to_numeric(items[n])
+        try: v = as_numbers(items[n])
         except (ValueError, TypeError) as e:
             raise TypeError(f"continuous column {n!r} is not numeric ({e}): "
                             "put it in cat_names or convert it") from None
+        if v is None:
+            raise TypeError(f"continuous column {n!r} has dtype {dt}, not a number: put it in cat_names or convert it")
         items[n] = v
     for c,v in nan_as_null(items).items(): items[c] = v
     check_targets({n: bool(items[n].isna().any()) for n in y_names if n in items.columns})

@@ -25,8 +25,8 @@ from .backend import (
     float_dtypes,
     frame_device,
     gather_columns,
-    is_cudf,
     is_dask,
+    shallow_copy,
     shrink_dtypes,
     to_backend,
     to_category,
@@ -216,7 +216,7 @@ class TabularGPU(Tabular):
             res.released = self.released.rows(rows)
         else:   # a shallow copy, so assigning a column to the subset is allowed and leaves this object's frame alone
             items = self._items.iloc[rows]
-            res = self._derive(items if is_cudf(items) else items.copy(deep=False), self, rows)
+            res = self._derive(shallow_copy(items), self, rows)
         res.split = len(res)
         return res
 

@@ -25,12 +25,13 @@ from fastcore.foundation import L
 from fasttransform import Pipeline
 
 from ..backend import (
+    backend_of,
     col_to_tensor,
     float_casts,
     float_dtypes,
-    is_cudf,
     is_dask,
     is_numeric_dtype,
+    nan_as_null,
     split_lists,
     to_backend,
     to_pandas,
@@ -46,7 +47,6 @@ from ..checks import (
     check_unfilled_nan,
     default_y_block,
     multi_hot_columns,
-    nan_as_null,
     raw_columns,
 )
 from ..core import TabularGPU
@@ -287,7 +287,7 @@ class TabularDask(TabularGPU):
                               tuple(r['cols'][c]['cont']['sample'] for r in res) if spec.sample else None)
                  for c in cols if c in spec.conts}
         reader = CachedParts(cache, columns, [r['index'] for r in res], meta.index.name,
-                             'cudf' if is_cudf(meta) else 'pandas')
+                             backend_of(meta))
         with dask.config.set({'dataframe.convert-string': False}):   # the cache's dtypes are the source's
             items = dd.from_map(reader, range(len(res)), meta=reader.meta(), label='fgt-scan')
         return items, DaskScan(parts.sum(0), parts, values, conts, reader)
@@ -381,7 +381,8 @@ class TabularDask(TabularGPU):
         names, cache = [n for n in self.cont_names if n in self.scan.conts], self.scan.cache
         if not (stats and names and cache): return
         size = self.scan.rows[0] * sum(np.dtype(cache.columns[n].dtype).itemsize for n in names)
-        if size <= _TRAIN_CONTS_BYTES: self.scan = dataclasses.replace(self.scan, train=cache.training(names, int(self.scan.rows[0])))
+        if size <= _TRAIN_CONTS_BYTES:
+            self.scan = dataclasses.replace(self.scan, train=cache.training(names, int(self.scan.rows[0])))
 
     def setup(self):
         with self._progress('setup'):
