@@ -1,7 +1,7 @@
 """The input checks `TabularGPU` (in memory) and `TabularDask` (over partitions) share, each error written once: names,
-columns, rows, +-inf, NaN nothing fills, targets, fastai's y_block rule, multi-hot declarations, value types, NaN as
-null on cuDF; and the guard every proc's `setups` wears. Each takes what its caller has already counted (in one pass
-over the frame, or one Dask computation) and raises, naming the columns, when the input is bad."""
+columns, rows, +-inf, NaN nothing fills, targets, value types; and the guard every proc's `setups` wears. Each takes
+what its caller has already counted (in one pass over the frame, or one Dask computation) and raises, naming the
+columns, when the input is bad. The steps that change the frame are prepare.py's."""
 from __future__ import annotations
 
 import functools
@@ -10,32 +10,23 @@ from collections.abc import Callable, Iterable
 from typing import Any
 import numpy as np
 import pandas as pd
-from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.tabular.core import FillMissing, Tabular
 from fastcore.foundation import L
 
 from .backend import (
     Column,
     Frame,
-    as_numbers,
     column_kind,
     first_value,
-    holds_strings,
     is_cudf,
-    is_list_dtype,
-    is_numeric_dtype,
-    is_str_dtype,
     mixed_types_error,
     mixed_values,
-    nan_as_null,
-    split_lists,
     value_kind,
 )
 
 __all__ = ['check_rows', 'check_names', 'check_columns', 'check_na_names', 'count_inf', 'check_inf',
            'check_unfilled_nan', 'fill_nan_check', 'check_fill_value', 'check_targets', 'check_labels',
-           'default_y_block', 'add_y_procs', 'multi_hot_columns', 'prepare_columns', 'made_columns',
-           'raw_columns', 'check_value_types', 'check_kind', 'guard_setups']
+           'made_columns', 'raw_columns', 'check_value_types', 'check_kind', 'guard_setups']
 
 def guard_setups(f:Callable) -> Callable:
     """A proc's `setups`, with an AttributeError raised inside it made a RuntimeError naming the proc: fasttransform's
@@ -183,49 +174,3 @@ def check_labels(name:str, unseen:list, vocab:list) -> None:
     "A ValueError if target column `name` has labels `unseen` in its training rows' `vocab`."
     if len(unseen): raise ValueError(f"target column {name!r} has labels not seen in the training rows, e.g. "
                                      f"{list(unseen)[:5]}; the training labels are {list(vocab)[:10]}")
-
-def _is_number(dtype) -> bool: return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
-
-def default_y_block(dtypes:list) -> TransformBlock:
-    "fastai's rule for the target block: a regression when every target is a number (bools are not), else classes."
-    return RegressionBlock() if all(_is_number(dt) for dt in dtypes) else CategoryBlock()
-
-def add_y_procs(procs:list|None, y_block:TransformBlock|Callable|None, do_setup:bool) -> list|None:
-    "`procs` plus the target block's type tfms (Categorize, RegressionSetup...), which join them at set-up only."
-    if y_block is None or not do_setup: return procs
-    if callable(y_block): y_block = y_block()
-    return L(procs) + y_block.type_tfms
-
-def multi_hot_columns(items:Frame, cat_names:list, multi_hot:dict|list|None) -> dict:
-    "{name: separator or None} of the multi-hot cat columns of `items`: those declared, and those holding lists."
-    listed = isinstance(multi_hot, (list, tuple, L))
-    mh = dict.fromkeys(multi_hot) if listed else dict(multi_hot or {})
-    bad = [n for n in mh if n not in cat_names]
-    if bad: raise ValueError(f"multi_hot names {bad}, which are not in cat_names {list(cat_names)}")
-    for n in cat_names:
-        if n in items.columns and n not in mh and is_list_dtype(items[n]): mh[n] = None
-    return mh
-
-def prepare_columns(items:Frame, cont_names:list, y_names:list, multi_hot:dict) -> Frame:
-    """The in-memory frame `items` (a copy, or the caller's with `inplace`) made ready for the procs, in place: conts
-    coerced to numbers (predict's `row.to_frame().T` is all object), multi-hot strings split into lists, NaN as null on
-    cuDF; a TypeError or ValueError, naming the column, for what cannot be."""
-    for n,sep in multi_hot.items():
-        if n in items.columns and holds_strings(items[n]):
-            if sep is None: raise TypeError(f"multi-hot column {n!r} holds strings: give its separator, e.g. "
-                                            f"multi_hot={{{n!r}: '|'}}")
-            items[n] = split_lists(items[n], sep)
-    for n in cont_names:
-        if n not in items.columns: continue
-        dt = items[n].dtype
-        if is_numeric_dtype(dt) and not is_str_dtype(dt): continue
-        try: v = as_numbers(items[n])
-        except (ValueError, TypeError) as e:
-            raise TypeError(f"continuous column {n!r} is not numeric ({e}): "
-                            "put it in cat_names or convert it") from None
-        if v is None:
-            raise TypeError(f"continuous column {n!r} has dtype {dt}, not a number: put it in cat_names or convert it")
-        items[n] = v
-    for c,v in nan_as_null(items).items(): items[c] = v
-    check_targets({n: bool(items[n].isna().any()) for n in y_names if n in items.columns})
-    return items
