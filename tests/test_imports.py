@@ -1,6 +1,7 @@
 """The package's import graph, read from the source: no module (bench/ included) imports another's private names,
 module-level imports form no cycle, and the only imports inside functions that reach back into the package (bench/
-aside) are core's two commented ones."""
+aside) are core's two commented ones; backend.py alone imports cuDF/CuPy/RMM and branches on cuDF versus pandas, but
+for the allowlisted performance paths."""
 import ast
 from pathlib import Path
 
