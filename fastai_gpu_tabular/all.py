@@ -22,7 +22,9 @@ from .datasets import *
 from .export import *
 from .keras_loader import *
 from .distributed import *
+from .chunks import *
 from .stream import *
 from .dask import *
 from .progress import *
+from .proc_state import *
 from .saved import *

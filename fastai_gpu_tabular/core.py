@@ -40,6 +40,7 @@ from .checks import (
     fill_nan_check,
     raw_columns,
 )
+from .chunks import RowBlocks
 from .loader import BatchDataLoader
 from .pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
 from .prepare import multi_hot_columns, prepare_columns, prepare_names, set_procs
@@ -318,6 +319,13 @@ class TabularGPU(Tabular):
     def load(cls, path, **kwargs) -> TabularGPU:
         "The Tabular `save` saved in `path`, ready for `dataloaders()`; runs no code from the files (`load_tabular`)."
         return load_tabular(cls, path, **kwargs)
+
+    def row_blocks(self, rows:int) -> RowBlocks:
+        "The packed rows on the host, with their layout and row labels, each split's in blocks of `rows` (for `save`)."
+        packed,layout = self.packed_rows('cpu')
+        blocks = lambda x: (x[a:a + rows].numpy() for a in range(0, len(x), rows))
+        return RowBlocks(layout, packed.shape[1], self.row_index, blocks(packed[:self.split]),
+                         blocks(packed[self.split:]))
 
     # --- the packed rows (pack.py) --------------------------------------------------------------------------------
     @property

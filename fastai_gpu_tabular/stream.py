@@ -1,24 +1,22 @@
-"""Packed rows bigger than memory: `PackedChunks` (the int32 rows of `TabularGPU.packed_rows` as `.npy` files, one a
-partition) and `StreamDataLoader`, which streams them: pieces of chunks in a new random order each epoch, read a
+"""Packed rows bigger than memory: `StreamDataLoader` streams `PackedChunks` (chunks.py: the int32 rows of
+`TabularGPU.packed_rows` as `.npy` files, one a partition): pieces of chunks in a new random order each epoch, read a
 block of pieces ahead by a thread straight into one half of a ring buffer on the device (on a GPU through pinned
 buffers, copied on a side stream) while batches are drawn from the other half, each batch one gather."""
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import queue
 import threading
-from pathlib import Path
 import numpy as np
 import torch
 from fastcore.meta import delegates
 
+from .chunks import PackedChunks
 from .collectives import rank_and_world
 from .loader import BatchDataLoader
-from .pack import Layout, unpack_rows
+from .pack import unpack_rows
 
-__all__ = ['PackedChunks', 'StreamDataLoader', 'free_memory', 'byte_count']
+__all__ = ['StreamDataLoader', 'free_memory', 'byte_count']
 
 def free_memory(device:torch.device|str, frac:float=0.5) -> int:
     "`frac` of the memory free now on `device` (the GPU's, or the host's RAM for the CPU), in bytes."
@@ -34,102 +32,6 @@ def byte_count(b:int|str|None) -> int|None:
     if b is None or isinstance(b, (int, np.integer)): return b
     from dask.utils import parse_bytes  # an optional dependency: imported when a string needs it
     return parse_bytes(b)
-
-class PackedChunks:
-    "Packed rows in `.npy` files of a folder (`chunks.json` lists them with their row counts and the layout)"
-    def __init__(self, path):
-        self.path = Path(path)
-        meta = json.loads((self.path/'chunks.json').read_text())
-        self.files, self.lens = [f for f,_ in meta['files']], np.array([n for _,n in meta['files']], dtype=np.int64)
-        self.width = meta['width']
-        self.layout = Layout.from_json(meta['layout'])
-        self.starts = np.concatenate([[0], np.cumsum(self.lens)]).astype(np.int64)
-        self._offsets = {}
-
-    @classmethod
-    def write(cls, path, files:list, layout:tuple, width:int) -> PackedChunks:
-        "Record `files` (`(name, rows)` in row order, written to `path` by `write_rows`) and their layout."
-        path = Path(path)
-        meta = dict(files=[[f, int(n)] for f,n in files if n], width=int(width), layout=Layout(layout).to_json())
-        (path/'chunks.json').write_text(json.dumps(meta))
-        return cls(path)
-
-    @staticmethod
-    def write_rows(path, name:str, rows:torch.Tensor) -> int:
-        "Write packed `rows` to `path/name` (a `.npy` file); their count."
-        if len(rows): np.save(Path(path)/name, rows.cpu().numpy())
-        return len(rows)
-
-    def __len__(self): return int(self.starts[-1])
-    @property
-    def nbytes(self) -> int: return len(self) * self.width * 4
-    def __repr__(self): return f'{type(self).__name__}({str(self.path)!r}: {len(self):,} rows, {len(self.files)} files)'
-
-    def _offset(self, i):
-        "Where file `i`'s data starts (after its `.npy` header)."
-        if i not in self._offsets:
-            with open(self.path/self.files[i], 'rb') as f:
-                major,_ = np.lib.format.read_magic(f)
-                (np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0)(f)
-                self._offsets[i] = f.tell()
-        return self._offsets[i]
-
-    def read(self, i:int, a:int, b:int, out:torch.Tensor|None=None, files:dict|None=None) -> torch.Tensor:
-        """Rows `a:b` of file `i` into `out` (a CPU int32 tensor, pinned or not) or a new tensor: one contiguous read
-        into the buffer, no memory map (whose pages would count against the process's memory). `files`: the files
-        opened so far, `{i: file}`, kept open for the next reads (opening one costs as much as reading 100 rows;
-        whoever passes it closes them)."""
-        out = torch.empty((b - a, self.width), dtype=torch.int32) if out is None else out[:b - a]
-        buf = memoryview(out.numpy()).cast('B')
-        f = None if files is None else files.get(i)
-        if f is None:
-            f = open(self.path/self.files[i], 'rb', buffering=0)
-            if files is not None: files[i] = f
-        try:
-            f.seek(self._offset(i) + a * self.width * 4)
-            got = 0
-            while got < len(buf):
-                k = f.readinto(buf[got:])
-                if not k: raise EOFError(f'{self.path/self.files[i]} ends before row {b}')
-                got += k
-        finally:
-            if files is None: f.close()
-        return out
-
-    @contextlib.contextmanager
-    def open_files(self):
-        "A dict for `read(files=...)`: the files it opens are closed on leaving the `with`."
-        files = {}
-        try: yield files
-        finally:
-            for f in files.values(): f.close()
-
-    def take(self, idx) -> torch.Tensor:
-        "The rows at global positions `idx` (few: for a sample batch), on the host."
-        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
-        out = torch.empty((len(idx), self.width), dtype=torch.int32)
-        f = np.searchsorted(self.starts, idx, side='right') - 1
-        with self.open_files() as files:
-            for j,(i,r) in enumerate(zip(f, idx - self.starts[f])):
-                self.read(int(i), int(r), int(r) + 1, out[j:j+1], files)
-        return out
-
-    def load(self, device=None) -> torch.Tensor:
-        "All rows in one tensor on `device` (the resident path, for rows that fit)."
-        out = torch.empty((len(self), self.width), dtype=torch.int32)
-        for i,(a,b) in enumerate(zip(self.starts[:-1], self.starts[1:])): self.read(i, 0, int(b - a), out[a:b])
-        return out.to(device) if device is not None else out
-
-    def packed_rows(self, device=None) -> tuple[torch.Tensor, Layout]:
-        "`(rows, layout)`, all loaded, as `TabularGPU.packed_rows` gives them: so a `BatchDataLoader` serves them"
-        device = torch.device(device or 'cpu')
-        if getattr(self, '_loaded', (None,))[0] != device: self._loaded = (device, self.load(device))
-        return self._loaded[1], self.layout
-
-    def pieces(self, piece_rows:int) -> list:
-        "Every file cut into contiguous `(file, start, stop)` pieces of at most `piece_rows` rows, in row order."
-        return [(i, a, min(a + piece_rows, int(n))) for i,n in enumerate(self.lens)
-                for a in range(0, int(n), piece_rows)]
 
 def _rank_slices(pieces:list, rank:int, ws:int) -> list:
     """Rank `rank`'s share of the rows of `pieces` end to end: the `rank`-th of `ws` equal runs of `ceil(n/ws)` rows,

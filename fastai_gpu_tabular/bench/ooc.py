@@ -197,7 +197,7 @@ def _frame_bytes(part) -> dict:
 
 def _slice(chunks, rows:int, path):
     "The first files of `chunks` up to `rows` rows, as `PackedChunks` of links in `path` (at least one file)."
-    from ..stream import PackedChunks
+    from ..chunks import PackedChunks
     Path(path).mkdir(parents=True, exist_ok=True)
     files, n = [], 0
     for f,k in zip(chunks.files, chunks.lens.tolist()):
@@ -217,8 +217,8 @@ def ooc_suite(rows=64_000_000, part_rows=1_000_000, seed=0, bs=32768, train_batc
     import pandas as pd
     import torch
 
+    from ..chunks import PackedChunks
     from ..datasets import criteo_parts
-    from ..stream import PackedChunks
     from .stream import stream_vs_resident
     work = Path(work or tempfile.gettempdir())/'fgt_ooc'
     t0 = time.perf_counter()

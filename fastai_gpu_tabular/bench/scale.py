@@ -201,7 +201,7 @@ def _positions_store(chunks, path):
 
 def _store_like(chunks, path, rows, layout, width):
     "`PackedChunks` in `path` with the files and sizes of `chunks`, file rows `[s, e)` holding `rows(s, e)`."
-    from ..stream import PackedChunks
+    from ..chunks import PackedChunks
     Path(path).mkdir(parents=True, exist_ok=True)
     files = [(f, PackedChunks.write_rows(path, f, rows(s, e)))
              for f,s,e in zip(chunks.files, chunks.starts[:-1], chunks.starts[1:])]
@@ -258,8 +258,8 @@ def scale_suite(opts) -> dict:
     are, and the validation AUC after one epoch, with the window shuffle, a full permutation and none."""
     import torch
 
+    from ..chunks import PackedChunks
     from ..datasets import criteo_parts
-    from ..stream import PackedChunks
     device = torch.device(opts.device)
     sizes = [opts.rows] if opts.rows else sorted(opts.scale_rows)
     work = Path(opts.out).resolve().parent/'scale_work'

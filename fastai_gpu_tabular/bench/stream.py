@@ -14,9 +14,9 @@ __all__ = ['stream_suite', 'write_chunks', 'stream_vs_resident', 'order_stats', 
 
 def write_chunks(rows, path, part_rows:int, layout):
     "Packed `rows` as `PackedChunks` in `path`, a file of `part_rows` rows each, as a Dask build writes a partition's."
-    from ..stream import PackedChunks
+    from ..chunks import PackedChunks, part_name
     Path(path).mkdir(parents=True, exist_ok=True)
-    files = [(f'part.{i:05d}.npy', PackedChunks.write_rows(path, f'part.{i:05d}.npy', rows[a:a + part_rows]))
+    files = [(part_name(i), PackedChunks.write_rows(path, part_name(i), rows[a:a + part_rows]))
              for i,a in enumerate(range(0, len(rows), part_rows))]
     return PackedChunks.write(path, files, layout, rows.shape[1])
 
@@ -57,9 +57,10 @@ def order_stats(chunks, path, bs:int, window:int, piece_rows:int) -> dict:
     holds k, as if the rows were sorted by label, a quarter of them 0) and from a full permutation."""
     import torch
 
+    from ..chunks import PackedChunks
     from ..loader import BatchDataLoader
     from ..pack import Layout
-    from ..stream import PackedChunks, StreamDataLoader
+    from ..stream import StreamDataLoader
     Path(path).mkdir(parents=True, exist_ok=True)
     k = lambda s, e: torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)
     files = [(f, PackedChunks.write_rows(path, f, k(s, e)))

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..backend import codes_dtype, explode_lists, holds_strings, is_list_dtype, nan_as_null, to_backend, to_pandas
+from ..chunks import part_name
 from .split import valid_mask
 
 __all__ = ['ColumnValues', 'ContFacts', 'ScanSpec', 'scan_part', 'merge_values', 'save_remaps', 'CacheDir',
@@ -173,7 +174,7 @@ def scan_part(part, i:int, spec:ScanSpec) -> dict:
     """Pass A on partition `i`: its columns written to `spec.path`/part.{i}, and what the procs need to know of them:
     training and validation rows, and each column's facts (see the module's docstring)."""
     part = to_pandas(part)   # the cache holds host arrays (a cuDF frame's come back to the device)
-    d = Path(spec.path)/f'part.{i:05d}'
+    d = Path(spec.path)/part_name(i, '')
     d.mkdir(parents=True, exist_ok=True)
     valid = (np.zeros(len(part), bool) if spec.split is None else
              valid_mask(part[spec.split], spec.on).to_numpy(dtype=bool, na_value=False))
@@ -223,7 +224,7 @@ def merge_values(name:str, pieces:list, cast=None) -> tuple:
 
 def save_remaps(path, j:int, remaps:list):
     "Each partition's codes remap of column `j`, with -1 (a missing value) kept -1, next to its codes."
-    for i,r in enumerate(remaps): _save(Path(path)/f'part.{i:05d}', f'{j}.remap', np.append(r, r.dtype.type(-1)))
+    for i,r in enumerate(remaps): _save(Path(path)/part_name(i, ''), f'{j}.remap', np.append(r, r.dtype.type(-1)))
 
 # --- the cache read back -------------------------------------------------------------------------------------------
 class CacheDir:
@@ -272,7 +273,7 @@ class CachedParts:
         return pd.Index(feather.read_table(d/'index.arrow')['index'].to_pandas(), dtype=spec[1], name=self.index_name)
 
     def __call__(self, i:int, columns):   # `columns` required: so Dask always passes them, even none
-        d = self.cache.path/f'part.{i:05d}'
+        d = self.cache.path/part_name(i, '')
         pos = {c: j for j,c in enumerate(self.columns)}
         # not consolidated (`copy=False`): a proc replacing a column then replaces that column alone
         df = pd.DataFrame({c: self._column(d, pos[c], self.columns[c]) for c in columns},
@@ -288,7 +289,7 @@ class CachedParts:
         out = {c: np.empty(rows, self.columns[c].dtype) for c in names}
         at = 0
         for i in range(len(self.index)):
-            d = self.cache.path/f'part.{i:05d}'
+            d = self.cache.path/part_name(i, '')
             train = ~np.load(d/'valid.npy') if (d/'valid.npy').exists() else slice(None)
             for c in names:
                 x = self._column(d, pos[c], self.columns[c])[train]

@@ -37,6 +37,7 @@ from ..backend import (
     to_pandas,
 )
 from ..checks import check_inf, check_na_names, check_rows, check_targets, check_unfilled_nan, raw_columns
+from ..chunks import PackedChunks, RowBlocks, part_name
 from ..core import TabularGPU
 from ..data import BatchDataLoaders
 from ..hashing import HashBucket, HashedCross
@@ -44,7 +45,7 @@ from ..loader import BatchDataLoader
 from ..pack import Layout, pack_rows
 from ..prepare import multi_hot_columns, prepare_names, set_procs
 from ..progress import dask_progress
-from ..stream import PackedChunks, StreamDataLoader, byte_count, free_memory
+from ..stream import StreamDataLoader, byte_count, free_memory
 from .groupby import JoinGroupby, register_dask_groupby
 from .procs import register_dask_procs
 from .scan import (
@@ -128,7 +129,7 @@ def _pack_partition(part, procs, path, i, split, on, names:dict) -> _PackedPart:
     "Pack a processed partition's rows (as `TabularGPU` does in memory) and write its train and valid rows as chunks."
     t = TabularGPU(part, procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
     rows, layout = pack_rows(t)
-    name, width = f'part.{i:05d}.npy', rows.shape[1]
+    name, width = part_name(i), rows.shape[1]
     if split is None: return _PackedPart(layout, width, PackedChunks.write_rows(Path(path)/'train', name, rows), 0)
     v = col_to_tensor(valid_mask(part[split], on).astype('int8')).to(rows.device).bool()   # DLPack may lack bool
     if rows.device.type == 'cpu':   # NumPy's row gathers: several times quicker than torch's on the CPU
@@ -364,9 +365,9 @@ class TabularDask(TabularGPU):
                                                  (FillStrategy.constant, 'constant')) for p in self.procs.fs)
         names, cache = [n for n in self.cont_names if n in self.scan.conts], self.scan.cache
         if not (stats and names and cache): return
-        size = self.scan.rows[0] * sum(np.dtype(cache.columns[n].dtype).itemsize for n in names)
-        if size <= _TRAIN_CONTS_BYTES:
-            self.scan = dataclasses.replace(self.scan, train=cache.training(names, int(self.scan.rows[0])))
+        rows = int(self.scan.rows[0])
+        size = rows * sum(np.dtype(cache.columns[n].dtype).itemsize for n in names)
+        if size <= _TRAIN_CONTS_BYTES: self.scan = dataclasses.replace(self.scan, train=cache.training(names, rows))
 
     def setup(self):
         with self._progress('setup'):
@@ -396,7 +397,7 @@ class TabularDask(TabularGPU):
         res = compute(*[pack(p, procs, str(self.chunk_dir), i, self.split_col, self.split_on, names)
                         for i,p in enumerate(parts)])
         first = res[0]
-        files = lambda sub: [(f'part.{i:05d}.npy', getattr(r, f'n_{sub}')) for i,r in enumerate(res)]
+        files = lambda sub: [(part_name(i), getattr(r, f'n_{sub}')) for i,r in enumerate(res)]
         self.chunks = tuple(PackedChunks.write(self.chunk_dir/sub, files(sub), first.layout, first.width)
                             for sub in ('train', 'valid'))
         rows = np.array([(r.n_train, r.n_valid) for r in res], dtype=np.int64).sum(0)
@@ -404,6 +405,18 @@ class TabularDask(TabularGPU):
 
     def _check_processed(self):
         if self.chunks is None: raise RuntimeError("this TabularDask is not processed yet: call `process()`")
+
+    def save(self, path, **kwargs):
+        "Save the processed rows (read from the chunks) and the procs' state in the folder `path` (`save_tabular`)."
+        self._check_processed()
+        return super().save(path, **kwargs)
+
+    def row_blocks(self, rows:int) -> RowBlocks:
+        """The chunks' rows in blocks of at most `rows`, read as they are taken, on a range index: a Dask frame's row
+        labels are its partitions' (seldom unique, and reading them would be another pass)."""
+        self._check_processed()
+        train, valid = self.chunks
+        return RowBlocks(train.layout, train.width, pd.RangeIndex(len(self)), train.blocks(rows), valid.blocks(rows))
 
     def packed_rows(self, device=None) -> tuple[torch.Tensor, Layout]:
         "`(rows, layout)` of this subset's chunks loaded whole on `device` (the resident path: they must fit)."
