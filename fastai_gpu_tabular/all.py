@@ -4,6 +4,7 @@ and fused embeddings) and `Lamb` (the same math and state, with no host sync in 
 from .extras import *
 from .backend import *
 from .checks import *
+from .prepare import *
 from .procs import *
 from .hashing import *
 from .target import *

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import pandas as pd
 import torch
-from fastai.tabular.core import df_shrink_dtypes
+from fastai.tabular.core import FillStrategy, df_shrink_dtypes
 
 if TYPE_CHECKING:   # for the hints only: cuDF is imported when first used (see `_probe`)
     import cudf
@@ -64,6 +64,34 @@ def use_rmm_for_torch(pool:bool=True, initial_pool_size:int|None=None):
     torch.cuda.memory.change_current_allocator(rmm_torch_allocator)
 
 def _cupy(): return _probe()[1]
+
+def array_module(a:Any) -> Any:
+    "NumPy, or CuPy for a CuPy array or a cuDF object: the array module of `a`'s device (never imports CuPy for NumPy)."
+    return _cupy() if is_cudf(a) or type(a).__module__.split('.')[0] == 'cupy' else np
+
+def column_values(col:Column) -> Any:
+    """A column's values as a 1-d array on its device (NumPy or CuPy), null as NaN: a cuDF int column with nulls as
+    float64, as pandas holds it."""
+    if not is_cudf(col): return col.to_numpy()
+    if col.dtype.kind != 'f' and col.has_nulls: col = col.astype('float64')
+    return col.to_cupy(na_value=np.nan) if col.dtype.kind == 'f' else col.to_cupy()
+
+def frame_like(like:Frame|Column, data:Any, **kwargs) -> Frame:
+    "A DataFrame of `data` (columns or a 2-d array on `like`'s device) on `like`'s backend and index."
+    return (require_cudf().DataFrame if is_cudf(like) else pd.DataFrame)(data, index=like.index, **kwargs)
+
+def series_like(like:Frame|Column, data:Any, name:Any=None) -> Column:
+    "A Series of `data` (an array on `like`'s device, or a host one) on `like`'s backend and index."
+    return (require_cudf().Series if is_cudf(like) else pd.Series)(data, index=like.index, name=name)
+
+def shallow_copy(df:Frame) -> Frame:
+    """A frame over `df`'s data whose columns can be set without touching `df`'s: pandas' `copy(deep=False)`; a cuDF
+    row slice is a frame of its own already."""
+    return df if is_cudf(df) else df.copy(deep=False)
+
+def read_csv(path:Any, backend:str|None=None, **kwargs) -> Frame:
+    "The csv at `path`, read by cuDF when `backend` is 'cudf', else by pandas."
+    return (require_cudf().read_csv if backend == 'cudf' else pd.read_csv)(path, **kwargs)
 
 def is_cudf(o:Any) -> bool:
     "Whether `o` is a cuDF object; checks the type's module, so it never imports cuDF."
@@ -259,6 +287,46 @@ def mixed_types_error(name:str, values:Any) -> TypeError:
     kinds = sorted({type(o).__name__ for o in values})
     return TypeError(f"column {name!r} mixes value types {kinds}: cast it to one type first")
 
+def mixed_values(col:Column) -> np.ndarray|None:
+    """The distinct non-missing values of a cat column (a categorical's categories), if they are of kinds that do not
+    sort together (strings and numbers; ints and floats sort), else None. None and NaN are missing values, not a type;
+    a cuDF column holds one type."""
+    if is_cudf(col): return None
+    vals = col.cat.categories if isinstance(col.dtype, pd.CategoricalDtype) else col if col.dtype == object else ()
+    # pandas' C pass says which may mix; the distinct values then say whether they do
+    if not len(vals) or pd.api.types.infer_dtype(vals, skipna=True) not in ('mixed', 'mixed-integer'): return None
+    u = pd.unique(np.asarray(vals, dtype=object))
+    u = u[~pd.isna(u)]
+    return u if len({value_kind(v) for v in u}) > 1 else None
+
+def nan_as_null(df:Frame) -> dict:
+    """cuDF keeps NaN apart from null, which fastai's procs treat alike: {name: the column with NaN as null} of `df`'s
+    float columns on cuDF, {} on pandas."""
+    if not is_cudf(df): return {}
+    return {c: df[c].nans_to_nulls() for c in df.columns if df[c].dtype.kind == 'f'}
+
+def as_numbers(col:Column) -> Column|None:
+    """pandas' `to_numeric(col)` of a host column of numbers held as objects or strings (predict's `row.to_frame().T`
+    is all object), raising as it does; None where no such coercion is made: a categorical column, or a cuDF one."""
+    if is_cudf(col) or type(col.dtype).__name__ == 'CategoricalDtype': return None
+    return pd.to_numeric(col)
+
+def factorize(col:Column) -> tuple:
+    """`(codes, uniques)` of a column as host arrays: int64 codes (-1: missing) and its distinct values (a categorical's
+    categories; object unless numbers), found on the column's device. A TypeError, pandas', for unhashable values."""
+    if is_cudf(col):   # distinct values found on the device; only they and the codes come to the host
+        codes, uniq = col.factorize()
+        return to_host(codes).astype(np.int64), to_host(uniq).to_numpy()
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy().astype(np.int64), col.cat.categories.to_numpy()
+    codes, uniq = pd.factorize(col, use_na_sentinel=True)
+    return codes.astype(np.int64), np.asarray(uniq.to_numpy(dtype=object) if uniq.dtype.kind not in 'biuf' else uniq)
+
+def group_by(col:Column, keys:Column, **kwargs) -> Any:
+    """`col.groupby(keys, **kwargs)` over the categories that occur: pandas' `observed=True` (pandas 2 would add a
+    categorical key's unseen categories); cuDF takes no such argument."""
+    return col.groupby(keys, **kwargs) if is_cudf(col) else col.groupby(keys, observed=True, **kwargs)
+
 def holds_strings(col:Column) -> bool:
     "Whether a column's values are strings (a cuDF string column, or pandas cells that are `str`)."
     if is_cudf(col): return is_str_dtype(col.dtype)
@@ -320,7 +388,7 @@ def encode_codes(col:Column, vocab:list|pd.Index, add:int=1) -> Column:
     cats = vocab if isinstance(vocab, pd.Index) else pd.CategoricalDtype(vocab).categories
     cu = is_cudf(col)
     if cu: cats = require_cudf().from_pandas(cats)
-    xp = _cupy() if cu else np
+    xp = array_module(col)
     if type(col.dtype).__name__ == 'CategoricalDtype':
         old = col.cat.codes.astype('int64').fillna(-1).values if cu else col.cat.codes.to_numpy()
         # the categories of the frame the vocabulary came from are the vocabulary: its codes, with no lookup
@@ -328,8 +396,7 @@ def encode_codes(col:Column, vocab:list|pd.Index, add:int=1) -> Column:
         else: codes = xp.append(cats.get_indexer(col.cat.categories), -1)[old]   # a missing value, -1, reads the last
     else: codes = cats.get_indexer(col)
     dt = codes_dtype(len(cats))
-    codes = (codes + add).astype(dt)
-    return (require_cudf().Series if cu else pd.Series)(codes, index=col.index, name=col.name)
+    return series_like(col, (codes + add).astype(dt), col.name)
 
 def mode_value(col:Column) -> Any:
     """fastai's `FillStrategy.mode` (`col.dropna().value_counts().idxmax()`) by counting on `col`'s own backend, for
@@ -337,7 +404,7 @@ def mode_value(col:Column) -> Any:
     the counts in order of first appearance and sorts them: stably from pandas 3 (the first value to appear wins a tie),
     with NumPy's quicksort before, whose order among ties depends on all the counts. So a tie is settled by that same
     sort of those same counts, on the host (only then do the counts leave the device). None if `col` is all missing."""
-    xp = _cupy() if is_cudf(col) else np
+    xp = array_module(col)
     frame = col.rename('v').reset_index(drop=True).to_frame()
     frame['p'] = xp.arange(len(col))
     g = frame.groupby('v', dropna=True, sort=False).agg({'p': ['count', 'min']})
@@ -349,6 +416,38 @@ def mode_value(col:Column) -> Any:
         i = pd.Series(to_host(g['n']).to_numpy()).sort_values(ascending=False).index[0]
         return to_host(g.index[i:i+1])[0]
     return to_host(g[top].index[:1])[0]
+
+def fill_stat(strategy:Any, col:Column, fill:Any) -> Any:
+    """fastai's FillMissing value `strategy(col, fill)` of a column with values, as the host scalar pandas gives:
+    on cuDF the mode is counted on the device (`mode_value`), and a computed float of a float column has its dtype."""
+    # cuDF has no `idxmax` for fastai's mode (`value_counts().idxmax()`): counted on the device, with pandas' tie rule
+    if strategy is FillStrategy.mode and is_cudf(col): v = mode_value(col)
+    else: v = host_scalar(to_host(strategy(col, fill)))
+    # pandas' median/mode of a float32 column is a float32: give cuDF's results that type too
+    cast = (is_cudf(col) and strategy is not FillStrategy.constant and isinstance(v, (float, np.floating))
+            and col.dtype.kind == 'f')
+    return col.dtype.type(v) if cast else v
+
+def normalize_stats(conts:Frame) -> tuple:
+    """fastai's `dict(conts.mean())` and `dict(conts.std(ddof=0)+1e-7)`. On cuDF, which reduces a float32 column in
+    float32 and refuses a bool column next to numbers, each column is reduced in float64 and rounded as pandas rounds:
+    to float32 for a float32 column (pandas' `std` is float64 inside), then to the frame's result dtype (float32 only
+    if every column is), where the 1e-7 is added."""
+    if not is_cudf(conts): return dict(conts.mean()), dict(conts.std(ddof=0) + 1e-7)
+    own = {n: np.float32 if conts[n].dtype == np.float32 else np.float64 for n in conts.columns}
+    t = np.float32 if all(o is np.float32 for o in own.values()) else np.float64
+    cols = {n: conts[n].astype('float64') for n in conts.columns}
+    means = {n: t(own[n](host_scalar(c.mean()))) for n,c in cols.items()}
+    stds = {n: t(own[n](host_scalar(c.std(ddof=0)))) + t(1e-7) for n,c in cols.items()}
+    return means, stds
+
+def column_op(col:Column, op:Any, v:Any, dt:np.dtype) -> Column:
+    """`op(col, v)` as fastai's frame-wide `op(conts, means)` computes it: pandas broadcasts the `dt` Series to the
+    frame's shape, so numpy promotes a float32 column against float64 means (against a scalar pandas keeps float32)."""
+    if not is_cudf(col): return op(col, np.broadcast_to(np.asarray(v, dt), col.shape))   # zero strides: no copy
+    # cuDF takes no host array: the column in numpy's promoted dtype, then the value in it
+    t = np.result_type(col.dtype, dt)
+    return op(col if col.dtype == t else col.astype(t), t.type(dt.type(v)))
 
 def take_values(vocab:list, codes:pd.Series) -> pd.Series:
     "The values of `vocab` at integer `codes` (a pandas Series; float codes from a decoded batch are fine)."

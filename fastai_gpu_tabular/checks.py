@@ -1,7 +1,7 @@
 """The input checks `TabularGPU` (in memory) and `TabularDask` (over partitions) share, each error written once: names,
-columns, rows, +-inf, NaN nothing fills, targets, fastai's y_block rule, multi-hot declarations, value types, NaN as
-null on cuDF; and the guard every proc's `setups` wears. Each takes what its caller has already counted (in one pass
-over the frame, or one Dask computation) and raises, naming the columns, when the input is bad."""
+columns, rows, +-inf, NaN nothing fills, targets, value types; and the guard every proc's `setups` wears. Each takes
+what its caller has already counted (in one pass over the frame, or one Dask computation) and raises, naming the
+columns, when the input is bad. The steps that change the frame are prepare.py's."""
 from __future__ import annotations
 
 import functools
@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 import numpy as np
 import pandas as pd
-from fastai.data.block import CategoryBlock, RegressionBlock, TransformBlock
 from fastai.tabular.core import FillMissing, Tabular
 from fastcore.foundation import L
 
@@ -19,13 +18,9 @@ from .backend import (
     Frame,
     column_kind,
     first_value,
-    holds_strings,
     is_cudf,
-    is_list_dtype,
-    is_numeric_dtype,
-    is_str_dtype,
     mixed_types_error,
-    split_lists,
+    mixed_values,
     value_kind,
 )
 
@@ -107,16 +102,10 @@ def check_value_types(items:Frame, cat_names:list, multi_hot:dict) -> None:
     """fastai sorts a cat column's values into its vocabulary: a TypeError naming the first single-hot cat column of
     `items` whose values are of kinds that do not sort together (strings and numbers), whether fastai's shrink cast it
     to a category (its categories then hold them) or not. None and NaN are missing values, not a type."""
-    if is_cudf(items): return   # a cuDF column holds one type
     for n in cat_names:
         if n in multi_hot or n not in items.columns: continue
-        col = items[n]
-        vals = col.cat.categories if isinstance(col.dtype, pd.CategoricalDtype) else col if col.dtype == object else ()
-        # pandas' C pass says which may mix; the distinct values then say whether they do (ints and floats sort)
-        if not len(vals) or pd.api.types.infer_dtype(vals, skipna=True) not in ('mixed', 'mixed-integer'): continue
-        u = pd.unique(np.asarray(vals, dtype=object))
-        u = u[~pd.isna(u)]
-        if len({value_kind(v) for v in u}) > 1: raise mixed_types_error(n, u)
+        u = mixed_values(items[n])
+        if u is not None: raise mixed_types_error(n, u)
 
 def check_kind(name:str, col:Column, vocab:list, buckets:int=0) -> None:
     """A UserWarning when a later frame's cat column `col` holds another kind of value (`column_kind`) than its
@@ -138,6 +127,7 @@ def check_kind(name:str, col:Column, vocab:list, buckets:int=0) -> None:
 def count_inf(col:Column) -> int:
     "Rows of `col` holding +-inf: one vectorized pass (only float columns can hold inf)."
     if getattr(col.dtype, 'kind', None) != 'f': return 0
+    # a performance path for pandas: NumPy's isinf in place, no Series of bools
     if not is_cudf(col) and isinstance(col.dtype, np.dtype): return int(np.isinf(col.to_numpy()).sum())
     return int((col.abs() == np.inf).sum())   # cuDF, and pandas' nullable floats
 
@@ -182,55 +172,3 @@ def check_labels(name:str, unseen:list, vocab:list) -> None:
     "A ValueError if target column `name` has labels `unseen` in its training rows' `vocab`."
     if len(unseen): raise ValueError(f"target column {name!r} has labels not seen in the training rows, e.g. "
                                      f"{list(unseen)[:5]}; the training labels are {list(vocab)[:10]}")
-
-def _is_number(dtype) -> bool: return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
-
-def default_y_block(dtypes:list) -> TransformBlock:
-    "fastai's rule for the target block: a regression when every target is a number (bools are not), else classes."
-    return RegressionBlock() if all(_is_number(dt) for dt in dtypes) else CategoryBlock()
-
-def add_y_procs(procs:list|None, y_block:TransformBlock|Callable|None, do_setup:bool) -> list|None:
-    "`procs` plus the target block's type tfms (Categorize, RegressionSetup...), which join them at set-up only."
-    if y_block is None or not do_setup: return procs
-    if callable(y_block): y_block = y_block()
-    return L(procs) + y_block.type_tfms
-
-def multi_hot_columns(items:Frame, cat_names:list, multi_hot:dict|list|None) -> dict:
-    "{name: separator or None} of the multi-hot cat columns of `items`: those declared, and those holding lists."
-    listed = isinstance(multi_hot, (list, tuple, L))
-    mh = dict.fromkeys(multi_hot) if listed else dict(multi_hot or {})
-    bad = [n for n in mh if n not in cat_names]
-    if bad: raise ValueError(f"multi_hot names {bad}, which are not in cat_names {list(cat_names)}")
-    for n in cat_names:
-        if n in items.columns and n not in mh and is_list_dtype(items[n]): mh[n] = None
-    return mh
-
-def nan_as_null(df:Frame) -> dict:
-    """cuDF keeps NaN apart from null, which fastai's procs treat alike: {name: the column with NaN as null} of `df`'s
-    float columns on cuDF, {} on pandas."""
-    if not is_cudf(df): return {}
-    return {c: df[c].nans_to_nulls() for c in df.columns if df[c].dtype.kind == 'f'}
-
-def prepare_columns(items:Frame, cont_names:list, y_names:list, multi_hot:dict) -> Frame:
-    """The in-memory frame `items` (a copy, or the caller's with `inplace`) made ready for the procs, in place: conts
-    coerced to numbers (predict's `row.to_frame().T` is all object), multi-hot strings split into lists, NaN as null on
-    cuDF; a TypeError or ValueError, naming the column, for what cannot be."""
-    for n,sep in multi_hot.items():
-        if n in items.columns and holds_strings(items[n]):
-            if sep is None: raise TypeError(f"multi-hot column {n!r} holds strings: give its separator, e.g. "
-                                            f"multi_hot={{{n!r}: '|'}}")
-            items[n] = split_lists(items[n], sep)
-    for n in cont_names:
-        if n not in items.columns: continue
-        dt = items[n].dtype
-        if is_numeric_dtype(dt) and not is_str_dtype(dt): continue
-        if is_cudf(items) or type(dt).__name__ == 'CategoricalDtype':
-            raise TypeError(f"continuous column {n!r} has dtype {dt}, not a number: put it in cat_names or convert it")
-        try: v = pd.to_numeric(items[n])
-        except (ValueError, TypeError) as e:
-            raise TypeError(f"continuous column {n!r} is not numeric ({e}): "
-                            "put it in cat_names or convert it") from None
-        items[n] = v
-    for c,v in nan_as_null(items).items(): items[c] = v
-    check_targets({n: bool(items[n].isna().any()) for n in y_names if n in items.columns})
-    return items

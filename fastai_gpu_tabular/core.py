@@ -11,10 +11,8 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, Tabular
 from fastai.torch_core import display_df
 from fastcore.basics import attrdict
-from fastcore.foundation import L
 from fastcore.meta import delegates
 from fastcore.xtras import is_listy
-from fasttransform import Pipeline
 from plum import dispatch
 
 from .backend import (
@@ -25,31 +23,27 @@ from .backend import (
     float_dtypes,
     frame_device,
     gather_columns,
-    is_cudf,
     is_dask,
+    shallow_copy,
     shrink_dtypes,
     to_backend,
     to_category,
     to_pandas,
 )
 from .checks import (
-    add_y_procs,
     check_columns,
     check_inf,
     check_na_names,
-    check_names,
     check_rows,
     check_value_types,
     count_inf,
-    default_y_block,
     fill_nan_check,
-    multi_hot_columns,
-    prepare_columns,
     raw_columns,
 )
 from .chunks import RowBlocks
 from .loader import BatchDataLoader
 from .pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
+from .prepare import multi_hot_columns, prepare_columns, prepare_names, set_procs
 from .procs import register_procs
 from .saved import load_tabular, save_tabular
 
@@ -102,12 +96,8 @@ class TabularGPU(Tabular):
         df = to_backend(df, backend)   # a TypeError for anything but a frame
         if df.ndim != 2: raise TypeError(f"TabularGPU takes a DataFrame, not a {type(df).__name__}: use "
                                          "series.to_frame() for a column, series.to_frame().T for a row")
-        # copies: FillMissing appends `_na` names, and fastai's would land in the caller's own list
-        cat_names,cont_names,y_names = L(cat_names).copy(),L(cont_names).copy(),L(y_names).copy()
-        check_names(cat_names, cont_names, y_names)
-        if do_setup:   # before any copy
-            check_rows(len(df))
-            check_columns(df.columns, cat_names, cont_names, y_names, procs)
+        names = prepare_names(df, cat_names, cont_names, y_names, procs, do_setup, rows=len(df))   # before any copy
+        cat_names,cont_names,y_names = names
         order = _row_order(splits, len(df))
         self.multi_hot = multi_hot_columns(df, cat_names, multi_hot)
         # fastai's df_shrink (when reduce_memory): numbers downcast, object/str cat columns cast to category over all
@@ -127,10 +117,7 @@ class TabularGPU(Tabular):
         self.float_dtypes = float_dtypes(items, cat_names + cont_names + y_names)
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
         self.items,self._packed,self._parent = items,{},None
-        self.y_names,self.device = y_names,device
-        if y_block is None and self.y_names: y_block = default_y_block([items[n].dtype for n in self.y_names])
-        procs = add_y_procs(procs, y_block, do_setup)
-        self.cat_names,self.cont_names,self.procs = cat_names,cont_names,Pipeline(procs)
+        set_procs(self, items, names, procs, y_block, do_setup, device)
         self.split = len(items) if splits is None else len(splits[0])
         if do_setup: self.setup()
 
@@ -217,7 +204,7 @@ class TabularGPU(Tabular):
             res.released = self.released.rows(rows)
         else:   # a shallow copy, so assigning a column to the subset is allowed and leaves this object's frame alone
             items = self._items.iloc[rows]
-            res = self._derive(items if is_cudf(items) else items.copy(deep=False), self, rows)
+            res = self._derive(shallow_copy(items), self, rows)
         res.split = len(res)
         return res
 

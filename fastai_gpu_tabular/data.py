@@ -6,7 +6,6 @@ import copyreg
 import functools
 import pydoc
 from pathlib import Path
-import pandas as pd
 from fastai.data.transforms import IndexSplitter, RandomSplitter
 from fastai.tabular.core import Tabular
 from fastai.tabular.data import TabularDataLoaders
@@ -14,7 +13,7 @@ from fastcore.foundation import L
 from fastcore.meta import delegates
 
 from . import __version__
-from .backend import backend_of, is_dask, require_cudf
+from .backend import backend_of, is_dask, read_csv
 from .core import TabularGPU
 from .extras import install_command
 
@@ -67,6 +66,5 @@ class BatchDataLoaders(TabularDataLoaders):
     @classmethod
     def from_csv(cls, csv, skipinitialspace:bool=True, backend:str|None=None, **kwargs) -> BatchDataLoaders:
         "Create `BatchDataLoaders` from `csv`, read by cuDF when `backend='cudf'`, else by pandas"
-        read = require_cudf().read_csv if backend == 'cudf' else pd.read_csv
-        df = read(csv, skipinitialspace=skipinitialspace)
+        df = read_csv(csv, backend, skipinitialspace=skipinitialspace)
         return cls.from_df(df, backend=backend, **kwargs)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from fastai.tabular.core import TabularProc
 
-from .backend import encode_codes, is_cudf, require_cudf, to_host, to_pandas
+from .backend import encode_codes, frame_like, group_by, to_host, to_pandas
 from .checks import guard_setups
 
 __all__ = ['JoinGroupby']
@@ -71,8 +71,7 @@ class JoinGroupby(TabularProc):
         for n in self.names:
             cols = {}
             for x in self.conts:
-                kw = {} if is_cudf(df) else {'observed': True}   # pandas 2 would add a category's unseen values
-                g = df[x].astype('float64').groupby(df[n], dropna=False, sort=True, **kw)
+                g = group_by(df[x].astype('float64'), df[n], dropna=False, sort=True)
                 res = {'count': g.count(), 'mean': g.mean(), 'std': g.std(ddof=0)}
                 for s in self.stats: cols[f'{n}_{x}_{s}'] = to_pandas(res[s]).astype('float64')
             self.groups[n] = pd.DataFrame(cols)
@@ -93,8 +92,7 @@ class JoinGroupby(TabularProc):
                 v = np.concatenate([v[~na], v[na], [self.defaults[x][s]]])
                 # a category with no values (NaN mean, std): the cont's statistic over all training rows, as unseen
                 res[c] = np.where(np.isnan(v), self.defaults[x][s], v)[codes]
-        mk = require_cudf().DataFrame if is_cudf(df) else pd.DataFrame
-        return mk(res, index=df.index, columns=self.made_names)
+        return frame_like(df, res, columns=self.made_names)
 
     def encodes(self, to):
         res = self.joined(to.items)

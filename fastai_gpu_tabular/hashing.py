@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from fastai.tabular.core import Tabular, TabularProc
 
-from .backend import Column, codes_dtype, is_cudf, require_cudf, to_host
+from .backend import Column, array_module, backend_of, codes_dtype, factorize, is_cudf, series_like, to_backend, to_host
 from .checks import guard_setups
 
 __all__ = ['HashBucket', 'HashedCross', 'murmur3_32', 'hash_values', 'hash_column']
@@ -131,26 +131,17 @@ def hash_values(values, seed:int=0, name=None) -> np.ndarray:
     return out
 
 def _factorize(col:Column, name=None) -> tuple:
-    "`(codes, uniques)` of a column on the host: int64 codes (-1: missing) and its distinct values (or categories)."
-    if is_cudf(col):   # distinct values found on the device; only they and the codes come to the host
-        codes, uniq = col.factorize()
-        return to_host(codes).astype(np.int64), to_host(uniq).to_numpy()
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy().astype(np.int64), col.cat.categories.to_numpy()
-    try: codes, uniq = pd.factorize(col, use_na_sentinel=True)
+    "`(codes, uniques)` of a column on the host (`backend.factorize`), with an error naming a value it cannot hash."
+    try: return factorize(col)
     except TypeError as e:   # lists, dicts, sets: pandas cannot hash them
-        bad = next((v for v in col if not pd.api.types.is_hashable(v)), None)
+        bad = next((v for v in to_host(col) if not pd.api.types.is_hashable(v)), None)
         raise _unhashable(name if name is not None else col.name, bad) from e
-    return codes.astype(np.int64), np.asarray(uniq.to_numpy(dtype=object) if uniq.dtype.kind not in 'biuf' else uniq)
-
-def _on_backend(like:Column, a:np.ndarray, name=None):
-    "A Series of the host array `a` on `like`'s backend and index."
-    return (require_cudf().Series if is_cudf(like) else pd.Series)(a, index=like.index, name=name)
 
 def hash_column(col:Column, seed:int=0) -> tuple:
     """`(hashes, missing)`: the uint32 hash of each row of `col` (a pandas or cuDF Series) and a bool mask of its
     missing rows (whose hash is 0), as host arrays: the distinct values are hashed, then gathered by their codes; a
     NumPy number column is hashed row by row, which costs less than finding its distinct values."""
+    # a performance path for pandas: a NumPy column read in place (a cuDF one's distinct values are found on the device)
     if not is_cudf(col) and isinstance(col.dtype, np.dtype) and col.dtype.kind in 'biuf':
         a = col.to_numpy()
         miss = np.isnan(a) if a.dtype.kind == 'f' else np.zeros(len(a), bool)
@@ -184,16 +175,16 @@ def oov_buckets(codes:Column, col:Column, offset:int, num_buckets:int, seed:int=
     res = to_host(codes).to_numpy().astype(dt)
     oov = (res == 0) & ~to_host(col.isna()).to_numpy()
     if oov.any():
-        h, _ = hash_column(col[_on_backend(col, oov)] if is_cudf(col) else col[oov], seed)
+        h, _ = hash_column(col[array_module(col).asarray(oov)], seed)   # the mask on the column's device
         res[oov] = (offset + h % np.uint32(num_buckets)).astype(dt)
-    return _on_backend(codes, res, codes.name)
+    return series_like(codes, res, codes.name)
 
 def _as_buckets(h:np.ndarray, miss:np.ndarray, num_buckets:int, like:Column, name) -> Column:
     "A categorical column of the bucket labels (missing rows missing), on `like`'s backend and index."
     codes = np.where(miss, -1, h % np.uint32(num_buckets)).astype(codes_dtype(num_buckets))
     res = pd.Series(pd.Categorical.from_codes(codes, dtype=_bucket_dtype(num_buckets)), index=to_host(like.index),
                     name=name)
-    return require_cudf().from_pandas(res) if is_cudf(like) else res
+    return to_backend(res, backend_of(like))
 
 def _labels(buckets:np.ndarray, miss:np.ndarray, na) -> np.ndarray:
     "The label of each row's bucket ('#bucket{k}#'), `na` where missing: the labels made once per distinct bucket."
@@ -312,7 +303,7 @@ class HashedCross(TabularProc):
             if self.num_buckets[n] is None:   # exact: the texts, for Categorify's vocabulary
                 v = pd.Series(np.where(codes < 0, None, values[np.maximum(codes, 0)] if len(values) else None),
                               index=to_host(cols[0].index), name=n, dtype=object)
-                to[n] = require_cudf().from_pandas(v) if is_cudf(cols[0]) else v
+                to[n] = to_backend(v, backend_of(cols[0]))
             else:
                 h = hash_values(values, self.seed, n)
                 miss = codes < 0

@@ -16,12 +16,13 @@ from fastcore.basics import store_attr
 from fastcore.foundation import L
 
 from .backend import (
+    column_op,
     encode_codes,
     explode_lists,
+    fill_stat,
     holds_py_bools,
-    host_scalar,
     is_cudf,
-    mode_value,
+    normalize_stats,
     sorted_uniques,
     take_values,
     to_host,
@@ -30,7 +31,7 @@ from .checks import check_fill_value, check_kind, check_labels, fill_nan_check, 
 from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 
 __all__ = ['Categorify']
-# also public, not star-exported (generic names): `fill_value`, `normalize_stats` (the Dask procs' in-memory cases)
+# also public, not star-exported (a generic name): `fill_value`
 
 class Categorify(fatc.Categorify):
     """fastai's `Categorify`, plus options for huge ID columns: values seen fewer than `min_freq` times in the training
@@ -196,6 +197,7 @@ def _categorify_setups(self, to):
         # pandas holds a bool column with missing values as Python objects: fastai's vocab has `bool`, not `np.bool_`
         if n not in to.multi_hot and holds_py_bools(to.full_items[n]): values = [bool(v) for v in values]
         # a pandas categorical's categories are its vocab, as an Index at hand: encoding finds them equal, no lookup
+        # (a performance path for pandas: a cuDF column's categories are on the device)
         same = not cut and not is_cudf(col) and type(col.dtype).__name__ == 'CategoricalDtype'
         self.classes[n] = category_map(values + bucket_labels(buckets_of(self, n)),
                                        index=col.cat.categories if same else None)
@@ -212,15 +214,10 @@ def _categorify_decodes(self, to):
 # --- FillMissing --------------------------------------------------------------------------------------------------
 def fill_value(strategy, col, fill, name):
     "FillMissing's fill value of column `col` (`name`) by `strategy` (`fill`: the constant), checked."
-    computed = strategy is not FillStrategy.constant
-    if computed and not col.notna().any(): v = None   # pandas' mode would fail in `idxmax` rather than say this
-    # cuDF has no `idxmax` for fastai's mode (`value_counts().idxmax()`): counted on the device, with pandas' tie rule
-    elif strategy is FillStrategy.mode and is_cudf(col): v = mode_value(col)
-    else: v = host_scalar(to_host(strategy(col, fill)))
+    # pandas' mode would fail in `idxmax` rather than say that a column has no value
+    v = fill_stat(strategy, col, fill) if strategy is FillStrategy.constant or col.notna().any() else None
     check_fill_value(name, v)
-    # pandas' median/mode of a float32 column is a float32: give cuDF's results that type too
-    cast = is_cudf(col) and computed and isinstance(v, (float, np.floating)) and col.dtype.kind == 'f'
-    return col.dtype.type(v) if cast else v
+    return v
 
 def _fillmissing_setups(self, to):
     strategy = getattr(FillStrategy, self.fill_strategy) if isinstance(self.fill_strategy, str) else self.fill_strategy
@@ -237,19 +234,6 @@ def _fillmissing_encodes(self, to):
         if self.add_col and n+'_na' not in to.cat_names: to.cat_names.append(n+'_na')
 
 # --- Normalize ----------------------------------------------------------------------------------------------------
-def normalize_stats(conts) -> tuple:
-    """fastai's `dict(conts.mean())` and `dict(conts.std(ddof=0)+1e-7)`. On cuDF, which reduces a float32 column in
-    float32 and refuses a bool column next to numbers, each column is reduced in float64 and rounded as pandas rounds:
-    to float32 for a float32 column (pandas' `std` is float64 inside), then to the frame's result dtype (float32 only
-    if every column is), where the 1e-7 is added."""
-    if not is_cudf(conts): return dict(conts.mean()), dict(conts.std(ddof=0) + 1e-7)
-    own = {n: np.float32 if conts[n].dtype == np.float32 else np.float64 for n in conts.columns}
-    t = np.float32 if all(o is np.float32 for o in own.values()) else np.float64
-    cols = {n: conts[n].astype('float64') for n in conts.columns}
-    means = {n: t(own[n](host_scalar(c.mean()))) for n,c in cols.items()}
-    stds = {n: t(own[n](host_scalar(c.std(ddof=0)))) + t(1e-7) for n,c in cols.items()}
-    return means, stds
-
 def _normalize_setups(self, to):
     # a plain Transform: `setups` gets the whole object
     self.means,self.stds = normalize_stats(to.train.items[list(to.cont_names)])
@@ -259,24 +243,18 @@ def operand_dtype(d:dict) -> np.dtype:
     "The dtype of the Series pandas makes of a means (stds) dict in fastai's `conts - means`: float32 only if all are."
     return pd.Series(list(d.values())).dtype if d else np.dtype('float64')
 
-def _arith(col, op, v, dt):
-    """`op(col, v)` as fastai's frame-wide `op(conts, means)` computes it: pandas broadcasts the `dt` Series to the
-    frame's shape, so numpy promotes a float32 column against float64 means (against a scalar pandas keeps float32)."""
-    if not is_cudf(col): return op(col, np.broadcast_to(np.asarray(v, dt), col.shape))   # zero strides: no copy
-    # cuDF takes no host array: the column in numpy's promoted dtype, then the value in it
-    t = np.result_type(col.dtype, dt)
-    return op(col if col.dtype == t else col.astype(t), t.type(dt.type(v)))
-
 def _normalize_encodes(self, to):
     mt,st = operand_dtype(self.means),operand_dtype(self.stds)
     for n in to.cont_names:
-        to.set_col(n, _arith(_arith(to.items[n], operator.sub, self.means[n], mt), operator.truediv, self.stds[n], st))
+        to.set_col(n, column_op(column_op(to.items[n], operator.sub, self.means[n], mt), operator.truediv,
+                                self.stds[n], st))
     return to
 
 def _normalize_decodes(self, to):
     mt,st = operand_dtype(self.means),operand_dtype(self.stds)
     for n in to.cont_names:
-        to.set_col(n, _arith(_arith(to.items[n], operator.mul, self.stds[n], st), operator.add, self.means[n], mt))
+        to.set_col(n, column_op(column_op(to.items[n], operator.mul, self.stds[n], st), operator.add,
+                                self.means[n], mt))
     return to
 
 # --- Categorize (the target of a classification) -------------------------------------------------------------------

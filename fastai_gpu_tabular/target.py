@@ -7,28 +7,18 @@ import numpy as np
 import pandas as pd
 from fastai.tabular.core import TabularProc
 
-from .backend import encode_codes, is_cudf, require_cudf, sorted_uniques, to_host
+from .backend import array_module, column_values, encode_codes, frame_like, series_like, sorted_uniques, to_host
 from .checks import guard_setups
 
 __all__ = ['TargetEncode']
 
 _TYPES = ('auto', 'continuous', 'binary', 'multiclass')
 
-def _xp(a):
-    "NumPy or CuPy, whichever holds `a`."
-    if type(a).__module__.split('.')[0] != 'cupy': return np
-    import cupy
-    return cupy
-
-def _values(col):
-    "A column's values as an array on its device (NumPy or CuPy)."
-    return col.values if is_cudf(col) else col.to_numpy()
-
 def category_sums(codes, w, n_cats:int, start=None):
     """Sums (float64) of the weights `w` by category `codes` (ints in `[0, n_cats)`), added in row order onto `start`
     (the running sums of earlier rows; default zeros): NumPy's `bincount` adds in that order, as scikit-learn's loop
     does, so summing a frame a part at a time, each part onto the last one's sums, gives the same bits."""
-    xp = _xp(w)
+    xp = array_module(w)
     # weights as float64, as NumPy's bincount takes them (CuPy adds its weights' own type)
     if start is None: return xp.bincount(codes, weights=w.astype('f8'), minlength=n_cats)
     return xp.bincount(xp.concatenate([xp.arange(n_cats), codes]), weights=xp.concatenate([start, w.astype('f8')]),
@@ -36,14 +26,14 @@ def category_sums(codes, w, n_cats:int, start=None):
 
 def m_smoothed(sums, counts, mean:float):
     "Encodings from sums and counts started at `m * mean` and `m`: `sums / counts`, `mean` for a category with neither."
-    xp = _xp(sums)
+    xp = array_module(sums)
     with np.errstate(divide='ignore', invalid='ignore'): return xp.where(counts == 0, mean, sums / counts)
 
 def auto_smoothed(means, counts, ssd, var:float, mean:float):
     """scikit-learn's empirical Bayes encodings from each category's mean, row count and sum of squared deviations
     from its mean (`ssd`), and the target's variance and mean: `lam * means + (1 - lam) * mean`, `lam` = `var * n /
     (var * n + ssd / n)`; `mean` where `lam` is NaN (no rows, or no variance at all)."""
-    xp = _xp(means)
+    xp = array_module(means)
     with np.errstate(divide='ignore', invalid='ignore'):
         lam = var * counts / (var * counts + ssd / counts)
         return xp.where(xp.isnan(lam), mean, lam * means + (1 - lam) * mean)
@@ -57,7 +47,7 @@ def target_encodings(codes, y, n_cats:int, smooth, mean=None):
     (`(sum + m*mean) / (count + m)`), each category's sums added in row order (NumPy's `bincount`, so equal to
     scikit-learn's loop bit for bit; CuPy adds in another order). A category with no rows gets `mean` (default:
     `y`'s)."""
-    xp = _xp(y)
+    xp = array_module(y)
     mean = float(xp.mean(y) if mean is None else mean)
     if smooth == 'auto':
         cnt = xp.bincount(codes, minlength=n_cats)
@@ -173,10 +163,10 @@ class TargetEncode(TabularProc):
     @guard_setups
     def setups(self, to):
         names, ycol = self._check(to)
-        if not self.has_classes(ycol.name, ycol.dtype): self.target_classes,y = None,_values(ycol).astype('f8')
+        if not self.has_classes(ycol.name, ycol.dtype): self.target_classes,y = None,column_values(ycol).astype('f8')
         else:
             self.target_classes = sorted_uniques(ycol)
-            codes = _values(encode_codes(ycol, self.target_classes, add=0)).astype('int64')
+            codes = column_values(encode_codes(ycol, self.target_classes, add=0)).astype('int64')
         kind = self.target_type_ = self.kind_of(ycol.name)
         # scikit-learn's labels: 0/1 (LabelEncoder), an int64 column per class (LabelBinarizer)
         if kind != 'continuous': y = codes if kind == 'binary' else class_indicators(codes, len(self.target_classes))
@@ -184,15 +174,15 @@ class TargetEncode(TabularProc):
         folds = None
         if self._fitting is not None and self.folds:
             folds = fold_ids(codes if kind != 'continuous' else y, self.folds, self.seed, kind != 'continuous')
-            if _xp(y) is not np: folds = _xp(y).asarray(folds)
+            if array_module(y) is not np: folds = array_module(y).asarray(folds)
         self.encodings,self._oof = {},{}
         for n in names:
             col = to.items[n]
             vocab = sorted_uniques(col)
-            codes_n = _values(encode_codes(col, vocab, add=0)).astype('int64')
+            codes_n = column_values(encode_codes(col, vocab, add=0)).astype('int64')
             nan = bool((codes_n < 0).any())   # missing values: a category of their own, the last one
             k = len(vocab) + nan
-            if nan: codes_n = _xp(codes_n).where(codes_n < 0, len(vocab), codes_n)
+            if nan: codes_n = array_module(codes_n).where(codes_n < 0, len(vocab), codes_n)
             self.set_encodings(n, vocab, nan, _encode(codes_n, y, k, self.smooth))
             if folds is not None: self._oof[n] = _out_of_fold(codes_n, y, k, self.smooth, folds, self.folds)
 
@@ -211,20 +201,20 @@ class TargetEncode(TabularProc):
         e = self.encodings[n]
         nan = len(e) and pd.isna(e.index[-1])
         vocab = list(e.index[:len(e) - nan])
-        codes = _values(encode_codes(col, vocab, add=0)).astype('int64')
-        xp = _xp(codes)
+        codes = column_values(encode_codes(col, vocab, add=0)).astype('int64')
+        xp = array_module(codes)
         # rows of the table: the categories, then missing values (their own, or the mean), then unseen (code -1)
         mean = np.atleast_1d(np.asarray(self.target_mean, dtype='f8'))
         vals = e.to_numpy('f8')
         table = np.concatenate([vals[:len(vocab)], vals[-1:] if nan else mean[None], mean[None]])
-        codes = xp.where(_values(col.isna()), len(vocab), codes)
+        codes = xp.where(column_values(col.isna()), len(vocab), codes)
         return xp.asarray(table)[codes]
 
     def encoded(self, df):
         "The columns this proc makes for the rows of `df` (pandas or cuDF), from the statistic of all training rows."
         vals = {c: _column(v, i) for n in self.encodings for v in [self._lookup(df[n], n)]
                 for i,c in enumerate(self.out_names(n))}
-        return (require_cudf().DataFrame if is_cudf(df) else pd.DataFrame)(vals, index=df.index)
+        return frame_like(df, vals)
 
     def encodes(self, to):
         fitting = to is self._fitting and bool(self._oof)
@@ -233,35 +223,34 @@ class TargetEncode(TabularProc):
             if fitting:   # the training rows (first in the frame) get their out-of-fold values
                 oof = self._oof[n]
                 vals[:len(oof)] = oof
-            mk = require_cudf().Series if is_cudf(to.items) else pd.Series
             for i,c in enumerate(self.out_names(n)):
-                to[c] = mk(_column(vals, i), index=to.items.index, name=c)
+                to[c] = series_like(to.items, _column(vals, i), name=c)
                 if c not in to.cont_names: to.cont_names.append(c)
         return to
 
 def _column(a, i):
     "Column `i` of a 2-d array, contiguous (cuDF takes no strided CuPy array)."
-    return _xp(a).ascontiguousarray(a[:, i])
+    return array_module(a).ascontiguousarray(a[:, i])
 
 def class_indicators(codes, n:int):
     "An int64 column per class (scikit-learn's `LabelBinarizer` of more than two classes), on the codes' device."
-    return (codes[:, None] == _xp(codes).arange(n)).astype('int64')
+    return (codes[:, None] == array_module(codes).arange(n)).astype('int64')
 
 def _target_mean(y):
     "scikit-learn's `np.mean(y, axis=0)`: a float (binary, continuous) or one per class."
-    m = _xp(y).mean(y, axis=0)
+    m = array_module(y).mean(y, axis=0)
     return float(m) if y.ndim == 1 else to_host(m)
 
 def _encode(codes, y, k, smooth, mean=None):
     "Encodings (k, outputs): one column, or one per class of a one-hot `y` (each with its class's mean and variance)."
-    xp = _xp(y)
+    xp = array_module(y)
     if y.ndim == 1: return target_encodings(codes, y, k, smooth, mean)[:, None]
     means = xp.mean(y, axis=0) if mean is None else mean
     return xp.stack([target_encodings(codes, y[:, i], k, smooth, means[i]) for i in range(y.shape[1])], axis=1)
 
 def _out_of_fold(codes, y, k, smooth, folds, n_folds):
     "Each row's encodings from the other folds' rows (scikit-learn's `fit_transform`): rows, outputs."
-    xp = _xp(y)
+    xp = array_module(y)
     res = xp.empty((len(codes), 1 if y.ndim == 1 else y.shape[1]), 'f8')
     for f in range(n_folds):
         te = folds == f

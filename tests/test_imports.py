@@ -1,6 +1,7 @@
 """The package's import graph, read from the source: no module (bench/ included) imports another's private names,
 module-level imports form no cycle, and the only imports inside functions that reach back into the package (bench/
-aside) are core's two commented ones."""
+aside) are core's two commented ones; backend.py alone imports cuDF/CuPy/RMM and branches on cuDF versus pandas, but
+for the allowlisted performance paths."""
 import ast
 from pathlib import Path
 
@@ -54,3 +55,42 @@ def test_only_cores_lazy_imports_reach_back():
     lazy = {(m, d) for m in MODULES if '.bench' not in m for d,_,top in _imports(m) if not top and d in MODULES}
     assert lazy == {('fastai_gpu_tabular.core', 'fastai_gpu_tabular.dask.tabular'),
                     ('fastai_gpu_tabular.core', 'fastai_gpu_tabular.data')}
+
+# --- the backend seam: backend.py alone imports cuDF/CuPy/RMM and decides between cuDF and pandas --------------------
+GPU_MODULES = {'cudf', 'cupy', 'rmm', 'dask_cudf'}
+BRANCHES = {'is_cudf', 'require_cudf'}
+# the cuDF/pandas branches left outside backend.py: performance paths for pandas, each commented where it is
+LIBRARY_BRANCHES = {
+    'fastai_gpu_tabular.checks': (1, "count_inf: NumPy's isinf over a NumPy float column, no Series of bools"),
+    'fastai_gpu_tabular.procs': (1, "Categorify's setups: a pandas categorical's categories are its vocab's Index"),
+    'fastai_gpu_tabular.hashing': (1, "hash_column: a NumPy number column hashed row by row, no distinct values"),
+    'fastai_gpu_tabular.dask.procs': (1, "a pandas partition's Categorify maps its categories, not each value"),
+}
+# tools, not the library: each measures or reports on the machine it runs on, with its own imports and calls
+TOOL_BRANCHES = {'fastai_gpu_tabular.bench.contender': (1, "reads the benchmark's parquet with cuDF where asked")}
+TOOL_IMPORTS = {'fastai_gpu_tabular.bench.machine': "RMM's statistics wrap the allocator while a bench runs",
+                'fastai_gpu_tabular.bench.contender': "cudf.pandas' profiler counts stock fastai's CPU fallbacks"}
+
+def _gpu_uses(name:str) -> tuple:
+    "`(GPU modules imported, backend branches)` of module `name`: imports anywhere, is_cudf/require_cudf calls."
+    imported, branches = set(), 0
+    for n in ast.walk(ast.parse(MODULES[name].read_text())):
+        if isinstance(n, ast.Import): imported |= {a.name.split('.')[0] for a in n.names}
+        elif isinstance(n, ast.ImportFrom) and not n.level and n.module: imported.add(n.module.split('.')[0])
+        elif isinstance(n, ast.Call):
+            f = n.func
+            branches += (f.id if isinstance(f, ast.Name) else getattr(f, 'attr', None)) in BRANCHES
+    return imported & GPU_MODULES, branches
+
+def test_only_backend_imports_cudf():
+    "cuDF, CuPy, RMM and dask-cudf are imported by backend.py alone (and by the bench, a tool: `TOOL_IMPORTS`)."
+    bad = {m: sorted(g) for m in MODULES if m != 'fastai_gpu_tabular.backend' and m not in TOOL_IMPORTS
+           for g in [_gpu_uses(m)[0]] if g}
+    assert bad == {}
+
+def test_backend_branches_stay_in_backend():
+    "Outside backend.py, only the allowlisted performance paths ask `is_cudf`/`require_cudf`, and no more than six."
+    allowed = {**LIBRARY_BRANCHES, **TOOL_BRANCHES}
+    got = {m: b for m in MODULES if m != 'fastai_gpu_tabular.backend' for b in [_gpu_uses(m)[1]] if b}
+    assert got == {m: n for m,(n,_) in allowed.items()}
+    assert sum(n for n,_ in LIBRARY_BRANCHES.values()) <= 6

@@ -69,6 +69,7 @@ def _categorify_part(proc, n, col):
 
 def _apply(part, proc, names:dict):
     "`proc`'s in-memory encodes on one partition's columns, as on a `TabularGPU` of them."
+    # a performance path for pandas: codes from each column's categories, with no Tabular (cuDF's are on the device)
     if isinstance(proc, fatc.Categorify) and not is_cudf(part):
         return pd.DataFrame({n: _categorify_part(proc, n, part[n]) for n in names['cat_names']}, index=part.index)
     t = TabularGPU(part, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)

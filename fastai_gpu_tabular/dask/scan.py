@@ -25,8 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..backend import codes_dtype, explode_lists, holds_strings, is_cudf, is_list_dtype, to_backend, to_pandas
-from ..checks import nan_as_null
+from ..backend import codes_dtype, explode_lists, holds_strings, is_list_dtype, nan_as_null, to_backend, to_pandas
 from ..chunks import part_name
 from .split import valid_mask
 
@@ -173,7 +172,7 @@ def _save_index(index:pd.Index, d:Path):
 def scan_part(part, i:int, spec:ScanSpec) -> dict:
     """Pass A on partition `i`: its columns written to `spec.path`/part.{i}, and what the procs need to know of them:
     training and validation rows, and each column's facts (see the module's docstring)."""
-    if is_cudf(part): part = to_pandas(part)   # the cache holds host arrays (a cuDF frame's come back to the device)
+    part = to_pandas(part)   # the cache holds host arrays (a cuDF frame's come back to the device)
     d = Path(spec.path)/part_name(i, '')
     d.mkdir(parents=True, exist_ok=True)
     valid = (np.zeros(len(part), bool) if spec.split is None else

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..backend import is_cudf, to_host
+from ..backend import array_module, column_values, to_host
 
 __all__ = []
 # also public, not star-exported (generic names): `compute`, `delayed`, `run`, `mean_dtype`
@@ -25,19 +25,6 @@ def run(calls:list) -> tuple:
     where they are frames in memory (the training rows held for the statistics: no pass over the partitions)."""
     if any(hasattr(c[1], 'dask') for c in calls): return compute(*[delayed(f)(*args) for f,*args in calls])
     return tuple(f(*args) for f,*args in calls)
-
-def _xp(a):
-    "NumPy or CuPy, whichever holds `a`."
-    if type(a).__module__.split('.')[0] == 'cupy':
-        import cupy
-        return cupy
-    return np
-
-def _values(col):
-    "A numeric column as a 1-d array on its device (NumPy or CuPy), NaN/null as NaN."
-    if not is_cudf(col): return col.to_numpy()
-    if col.dtype.kind != 'f' and col.has_nulls: col = col.astype('float64')   # pandas would hold these as floats
-    return col.to_cupy(na_value=np.nan) if col.dtype.kind == 'f' else col.to_cupy()
 
 # --- numpy's pairwise summation ------------------------------------------------------------------------------------
 # numpy adds a contiguous run of n values as a tree: runs of up to 128 in 8 interleaved lanes, longer runs split at
@@ -65,7 +52,7 @@ def _leaf_sum(x, xp):
 def pairwise_sum(x):
     """`x.sum(axis=-1)` of a 1-d or 2-d array as numpy adds it (pairwise, in its order), in `x`'s dtype, on `x`'s
     device: array libraries other than numpy (CuPy) add in other orders, and float sums depend on the order."""
-    xp = _xp(x)
+    xp = array_module(x)
     x2 = x.reshape(1, -1) if x.ndim == 1 else x
     n = x2.shape[1]
     levels, starts, lens = [], np.zeros(1, np.int64), np.full(1, n, np.int64)
@@ -90,7 +77,7 @@ def pairwise_sum(x):
 
 def sum_nodes(x, nodes):
     "Sums of `x[a:a+n]` for each `(a, n)` in `nodes`, each as numpy adds it (NumPy's own sum on the host)."
-    if _xp(x) is np: return [x[a:a+n].sum() for a,n in nodes]
+    if array_module(x) is np: return [x[a:a+n].sum() for a,n in nodes]
     return [pairwise_sum(x[a:a+n]) for a,n in nodes]
 
 class SumPlan:
@@ -149,8 +136,8 @@ def _merge(pieces):
 # --- mean and std, as pandas' nanmean and nanvar ---------------------------------------------------------------------
 def _filled(col):
     "Values with NaN as 0 (pandas' sums skip them that way), and the non-NaN count."
-    x = _values(col)
-    xp = _xp(x)
+    x = column_values(col)
+    xp = array_module(x)
     if x.dtype.kind != 'f': return x, len(x)
     nan = xp.isnan(x)
     return xp.where(nan, x.dtype.type(0), x), int(len(x) - nan.sum())
@@ -176,8 +163,8 @@ def _moments2(part, cols, start, n, avgs):
     res = {}
     for c in cols:
         col = part[c]
-        x = _values(col)
-        xp = _xp(x)
+        x = column_values(col)
+        xp = array_module(x)
         d = xp.asarray(avgs[c], dtype='f8') - x.astype('f8')
         sq = d * d   # numpy's `** 2` is this product
         if x.dtype.kind == 'f': sq = xp.where(xp.isnan(x), 0., sq)
@@ -225,7 +212,7 @@ def _sample(part, cols, k, seed):
     for c in cols:
         s = part[c].dropna()
         smp = s.sample(n=min(k, len(s)), random_state=seed) if len(s) > k else s
-        res[c] = (len(s), np.sort(to_host(_values(smp)).astype('f8')))
+        res[c] = (len(s), np.sort(to_host(column_values(smp)).astype('f8')))
     return res
 
 def _bracket(part, cols, brackets):
@@ -234,7 +221,7 @@ def _bracket(part, cols, brackets):
     for c in cols:
         lo, hi = brackets[c]
         s = part[c].dropna()
-        res[c] = (int((s < lo).sum()), int((s > hi).sum()), to_host(_values(s[(s >= lo) & (s <= hi)])))
+        res[c] = (int((s < lo).sum()), int((s > hi).sum()), to_host(column_values(s[(s >= lo) & (s <= hi)])))
     return res
 
 def _middle(n): return sorted({(n - 1) // 2, n // 2})

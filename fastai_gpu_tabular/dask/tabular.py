@@ -25,36 +25,25 @@ from fastcore.foundation import L
 from fasttransform import Pipeline
 
 from ..backend import (
+    backend_of,
     col_to_tensor,
     float_casts,
     float_dtypes,
-    is_cudf,
     is_dask,
     is_numeric_dtype,
+    nan_as_null,
     split_lists,
     to_backend,
     to_pandas,
 )
-from ..checks import (
-    add_y_procs,
-    check_columns,
-    check_inf,
-    check_na_names,
-    check_names,
-    check_rows,
-    check_targets,
-    check_unfilled_nan,
-    default_y_block,
-    multi_hot_columns,
-    nan_as_null,
-    raw_columns,
-)
+from ..checks import check_inf, check_na_names, check_rows, check_targets, check_unfilled_nan, raw_columns
 from ..chunks import PackedChunks, RowBlocks, part_name
 from ..core import TabularGPU
 from ..data import BatchDataLoaders
 from ..hashing import HashBucket, HashedCross
 from ..loader import BatchDataLoader
 from ..pack import Layout, pack_rows
+from ..prepare import multi_hot_columns, prepare_names, set_procs
 from ..progress import dask_progress
 from ..stream import StreamDataLoader, byte_count, free_memory
 from .groupby import JoinGroupby, register_dask_groupby
@@ -162,10 +151,8 @@ class TabularDask(TabularGPU):
                  progress:bool=True): # show each pass over the partitions (fastprogress's bar, or plain lines)
         df = to_backend(df, backend)
         self.progress = progress
-        cat_names, cont_names, y_names = L(cat_names).copy(), L(cont_names).copy(), L(y_names).copy()
         # the names now (the rows are counted below: `len` of the frame would read it all)
-        check_names(cat_names, cont_names, y_names)
-        if do_setup: check_columns(df.columns, cat_names, cont_names, y_names, procs)
+        names = cat_names, cont_names, y_names = prepare_names(df, cat_names, cont_names, y_names, procs, do_setup)
         self.split_col, self.split_on = _split_spec(splits, list(df.columns))
         bad = [getattr(p, '__name__', type(p).__name__) for p in (procs.fs if isinstance(procs, Pipeline) else L(procs))
                if not issubclass(p if isinstance(p, type) else type(p), _PROCS)]
@@ -185,13 +172,10 @@ class TabularDask(TabularGPU):
             if sep is not None and n in items.columns: items[n] = items[n].map_partitions(split_lists, sep)
         if nan_as_null(meta): items = items.map_partitions(lambda p: p.assign(**nan_as_null(p)))
         self._packed, self._parent, self.subset_idx, self.chunks = {}, None, None, None
-        self.y_names, self.device = y_names, device
         self.chunk_dir = Path(chunk_dir) if chunk_dir is not None else Path(tempfile.mkdtemp(prefix='fgt-chunks-'))
         if chunk_dir is None: weakref.finalize(self, shutil.rmtree, str(self.chunk_dir), True)
-        if y_block is None and self.y_names: y_block = default_y_block([meta[n].dtype for n in self.y_names])
-        procs = add_y_procs(procs, y_block, do_setup)
-        self.cat_names, self.cont_names, self.procs = cat_names, cont_names, Pipeline(procs)
-        self._raw_columns = raw_columns(procs, cat_names, cont_names, y_names)   # numbers the shrink leaves as they are
+        set_procs(self, meta, names, procs, y_block, do_setup, device)
+        self._raw_columns = raw_columns(procs, *names)   # numbers the shrink leaves as they are
         with dask_progress('TabularDask scan', None, progress): self.items, self.scan = self._scan(items, reduce_memory)
         self.float_dtypes = float_dtypes(self.items._meta, cat_names + cont_names + y_names)   # as `TabularGPU` keeps
         if do_setup: check_rows(int(self.scan.rows.sum()))
@@ -288,7 +272,7 @@ class TabularDask(TabularGPU):
                               tuple(r['cols'][c]['cont']['sample'] for r in res) if spec.sample else None)
                  for c in cols if c in spec.conts}
         reader = CachedParts(cache, columns, [r['index'] for r in res], meta.index.name,
-                             'cudf' if is_cudf(meta) else 'pandas')
+                             backend_of(meta))
         with dask.config.set({'dataframe.convert-string': False}):   # the cache's dtypes are the source's
             items = dd.from_map(reader, range(len(res)), meta=reader.meta(), label='fgt-scan')
         return items, DaskScan(parts.sum(0), parts, values, conts, reader)
