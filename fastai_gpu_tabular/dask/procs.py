@@ -63,7 +63,9 @@ def _categorify_part(proc, n, col):
     "Categorify's codes of a partition's column: its categories' (see `_category_codes`), else each value looked up."
     # (an empty one, Dask's meta, has no categories to look up: its dtype is all it gives)
     if isinstance(col.dtype, pd.CategoricalDtype) and len(col): return _category_codes(proc, n, col)
-    if not len(col): col = pd.Series([], dtype=object, index=col.index, name=col.name)
+    if not len(col):   # nothing to look up: an index as long as the vocabulary gives the codes' dtype
+        col = pd.Series([], dtype=object, index=col.index, name=col.name)
+        return categorify_codes(proc, n, col, pd.RangeIndex(len(vocab_values(proc, n))))
     # the vocabulary's Index kept (a list would be hashed again each partition)
     return categorify_codes(proc, n, col, _vocab_index(proc, n))
 
@@ -132,14 +134,14 @@ def _categorify_setups(self, to):
     if getattr(self, 'num_buckets', None): self.bucket_counts = learn_bucket_counts(self, to)
     fixed, lazy, hashed, hists = {}, {}, set(), {}
     for n in to.cat_names:
-        col = to.cols([n])[n]
-        if is_bucket_dtype(col.dtype): hashed.add(n)   # HashBucket's or HashedCross' buckets, all kept
+        if is_bucket_dtype(to.items._meta[n].dtype): hashed.add(n)   # HashBucket's or HashedCross' buckets, all kept
         seen = to.scan.values.get(n)   # what the scan counted of the column as it came (no pass)
         if seen is not None and n not in hashed:
             fixed[n] = seen.vocab()
             if mf or mv: lazy[n] = seen.counts()
             if seen.lens is not None: hists[n] = seen.lens
             continue
+        col = to.cols([n])[n]   # a Dask column only for those the scan did not count (a `cols` call costs)
         if n in to.multi_hot: col = col.explode()   # a list column: its elements
         fixed[n] = _known_categories(col)
         if (mf or mv) and n not in hashed: lazy[n] = col.dropna().value_counts()
