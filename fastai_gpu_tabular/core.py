@@ -2,6 +2,7 @@
 once."""
 from __future__ import annotations
 
+from collections.abc import Callable
 import numpy as np
 import pandas as pd
 import torch
@@ -11,6 +12,7 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, Tabular
 from fastai.torch_core import display_df
 from fastcore.basics import attrdict
+from fastcore.foundation import L
 from fastcore.meta import delegates
 from fastcore.xtras import is_listy
 from plum import dispatch
@@ -46,14 +48,16 @@ from .pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, u
 from .prepare import multi_hot_columns, prepare_columns, prepare_names, set_procs
 from .procs import register_procs
 from .saved import load_tabular, save_tabular
+from .splits import split_rows
 
 __all__ = ['TabularGPU']
 
 def _row_order(splits, n):
     "fastai's `df.iloc[sum(splits, [])]` as an index array, or None when that order is already `range(n)`."
     if splits is None: return None
-    order = (np.concatenate([np.asarray(list(s), dtype=np.int64) for s in splits]) if len(splits)
-             else np.zeros(0, np.int64))
+    # an L's list as it is (NumPy reads it in C), where `list(L)` would iterate it in Python
+    parts = [np.asarray(s.items if isinstance(s, L) else s, dtype=np.int64) for s in splits]
+    order = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     if len(order) and (order.min() < 0 or order.max() >= n):
         raise IndexError(f"splits hold row positions outside the frame's {n} rows")
     return None if len(order) == n and (order == np.arange(n)).all() else order
@@ -88,7 +92,9 @@ class TabularGPU(Tabular):
 
     def __init__(self, df:Frame, procs:list|None=None, cat_names:list|None=None, cont_names:list|None=None,
                  y_names:list|str|None=None, y_block:TransformBlock|None=None,
-                 splits:tuple|None=None, # (train, valid) row positions, as fastai's splitters give them
+                 # (train, valid) row positions, as fastai's splitters give them; or a boolean column (True:
+                 # validation), by name or as fastai's `ColSplitter(col)` uncalled; or any splitter, uncalled
+                 splits:tuple|str|Callable|None=None,
                  do_setup:bool=True, device:torch.device|str|None=None, inplace:bool=False, reduce_memory:bool=True,
                  backend:str|None=None, # 'cudf' or 'pandas' to move `df` there first; None keeps the frame's own
                  # multi-hot cat columns: {name: separator} for strings; list columns are found
@@ -98,6 +104,7 @@ class TabularGPU(Tabular):
                                          "series.to_frame() for a column, series.to_frame().T for a row")
         names = prepare_names(df, cat_names, cont_names, y_names, procs, do_setup, rows=len(df))   # before any copy
         cat_names,cont_names,y_names = names
+        splits = split_rows(df, splits)
         order = _row_order(splits, len(df))
         self.multi_hot = multi_hot_columns(df, cat_names, multi_hot)
         # fastai's df_shrink (when reduce_memory): numbers downcast, object/str cat columns cast to category over all

@@ -113,8 +113,9 @@ def etl_worker(name, data, out, opts):
         df = pd.read_parquet(data)
         res['load_s'] = round(time.perf_counter() - t0, 2)
         t1 = time.perf_counter()
-        cls = TabularPandas if name == 'fastai' else TabularGPU
-        to = cls(df, splits=ColSplitter('is_valid')(df), **kw())
+        # each as its users write it: fastai takes row positions, `TabularGPU` also the split column (read vectorized)
+        if name == 'fastai': to = TabularPandas(df, splits=ColSplitter('is_valid')(df), **kw())
+        else: to = TabularGPU(df, splits=ColSplitter('is_valid'), **kw())
         if name == 'memory':
             rows = to.packed_rows()[0]
             res['packed_mb'] = round(rows.numel() * rows.element_size() / MB, 1)

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ..backend import codes_dtype, explode_lists, holds_strings, is_list_dtype, nan_as_null, to_backend, to_pandas
 from ..chunks import part_name
-from .split import valid_mask
+from ..splits import valid_mask
 
 __all__ = []
 

@@ -45,6 +45,7 @@ from ..loader import BatchDataLoader
 from ..pack import Layout, pack_rows
 from ..prepare import multi_hot_columns, prepare_names, set_procs
 from ..progress import dask_progress
+from ..splits import column_split, valid_mask
 from ..stream import StreamDataLoader, byte_count, free_memory
 from .groupby import JoinGroupby, register_dask_groupby
 from .procs import register_dask_procs
@@ -59,7 +60,6 @@ from .scan import (
     save_remaps,
     scan_part,
 )
-from .split import valid_mask
 from .stats import compute, delayed
 from .target import TargetEncode, register_dask_target
 
@@ -82,20 +82,14 @@ def _threads() -> int:
 def _split_spec(splits, columns) -> tuple:
     "`(column, on)` of a split given as a column name or fastai's `ColSplitter(col, on)`; `(None, None)` for no split."
     if splits is None: return None, None
-    if isinstance(splits, str): col, on = splits, None
-    elif callable(splits) and getattr(splits, '__qualname__', '') == 'ColSplitter.<locals>._inner':
-        cells = dict(zip(splits.__code__.co_freevars, (c.cell_contents for c in splits.__closure__)))
-        col, on = cells['col'], cells['on']
-    elif callable(splits):
+    spec = column_split(splits, columns)
+    if spec is not None: return spec
+    if callable(splits):
         raise TypeError(f"splits={getattr(splits, '__qualname__', splits)!r} on a Dask frame: a splitter that draws "
                         "row positions needs the whole frame in memory. Put the split in a boolean column and pass "
                         "splits='is_valid' (or ColSplitter('is_valid'))")
-    else:
-        raise TypeError("splits as lists of row positions cannot address a Dask frame's rows: put the split in a "
-                        "boolean column and pass splits='is_valid' (or ColSplitter('is_valid'))")
-    if isinstance(col, int): col = columns[col]
-    if col not in columns: raise KeyError(f"the split column {col!r} is not in the frame (it has {list(columns)[:20]})")
-    return col, on
+    raise TypeError("splits as lists of row positions cannot address a Dask frame's rows: put the split in a "
+                    "boolean column and pass splits='is_valid' (or ColSplitter('is_valid'))")
 
 @dataclasses.dataclass(frozen=True)
 class DaskScan:

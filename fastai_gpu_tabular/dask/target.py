@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..backend import encode_codes, sorted_uniques, to_host, to_pandas
 from ..procs import register_proc
+from ..splits import valid_mask
 from ..target import (
     TargetEncode,
     auto_smoothed,
@@ -21,7 +22,6 @@ from ..target import (
     m_smoothed,
 )
 from .scan import ContFacts
-from .split import valid_mask
 from .stats import compute, delayed, exact_moments
 
 __all__ = []
