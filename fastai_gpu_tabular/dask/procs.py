@@ -41,7 +41,11 @@ def _vocab_index(proc, n) -> pd.Index:
     if n not in d:
         v = list(vocab_values(proc, n))
         # strings as Python objects: what the vocabulary holds, without pandas 3 converting them all to Arrow's
-        d[n] = pd.Index(v, tupleize_cols=False, dtype=object if v and isinstance(v[0], str) else None)
+        index = pd.Index(v, tupleize_cols=False, dtype=object if v and isinstance(v[0], str) else None)
+        # its hash table built here (the uniqueness check builds it), before the scheduler's threads share it: pandas 2
+        # builds it on first use, and two threads doing so at once can find it half-filled (`InvalidIndexError`)
+        if not index.is_unique: raise ValueError(f"Categorify's vocabulary of column {n!r} holds a value twice")
+        d[n] = index
     return d[n]
 
 def _category_codes(proc, n, col):

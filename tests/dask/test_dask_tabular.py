@@ -242,3 +242,19 @@ def test_valid_items_are_the_valid_rows(flag):
             want = to.items[cols + ['is_valid']].compute()
             assert isinstance(got, pd.DataFrame) and list(got.columns) == cols
             pd.testing.assert_frame_equal(got, want.loc[rows.to_numpy(), cols])
+
+def test_vocab_index_shared_by_threads():
+    """The threaded scheduler's workers share a column's vocabulary Index: it is whole before either reads it (pandas
+    2 builds an Index's hash table on first use, and two threads doing so at once could find it half-filled)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from fastai_gpu_tabular.dask import procs as dprocs
+    df = _frame()
+    df['flag'] = df['f32'].isna()   # a bool column, as FillMissing's `_na` columns reach Categorify
+    to = TabularGPU(df, procs=[Categorify], cat_names=['flag'], y_names='label', splits='is_valid')
+    proc, col = to.procs.categorify, df['flag']
+    want = dprocs._categorify_part(proc, 'flag', col).to_numpy()
+    with ThreadPoolExecutor(2) as ex:
+        for _ in range(3000):   # a fresh Index each time, its first reads on both threads at once
+            dprocs._INDEXES.pop(proc, None)
+            for got in ex.map(lambda _: dprocs._categorify_part(proc, 'flag', col), range(2)):
+                np.testing.assert_array_equal(got.to_numpy(), want)
