@@ -157,18 +157,44 @@ def arrow_strings(col:Column) -> Any:
 
 def _arrow_category(col:pd.Series, arr) -> pd.Series:
     """`col.astype('category')` of Arrow strings `arr` in Arrow's kernels: one dictionary encoding, the dictionary
-    sorted (by bytes: UTF-8's order is the code points', as pandas sorts them), no Python object per value."""
+    sorted (by bytes: UTF-8's order is the code points', as pandas sorts them; short strings as integer keys), no
+    Python object per value."""
     import pyarrow as pa
     import pyarrow.compute as pc
     if isinstance(arr, pa.ChunkedArray): arr = arr.combine_chunks()   # one dictionary for all chunks
     enc = pc.dictionary_encode(arr)
-    order = pc.array_sort_indices(enc.dictionary).to_numpy()
+    keys = short_string_keys(enc.dictionary)
+    order = np.argsort(keys) if keys is not None else pc.array_sort_indices(enc.dictionary).to_numpy()
     rank = np.empty(len(order) + 1, np.int64)
     rank[order], rank[-1] = np.arange(len(order)), -1   # a null's index, filled with -1, reads the last entry
     codes = rank[pc.fill_null(enc.indices, -1).to_numpy()]
     cats = pd.Index(col.dtype.__from_arrow__(enc.dictionary.take(pa.array(order))))
     cat = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats), validate=False)
     return pd.Series(cat, index=col.index, name=col.name)
+
+def short_string_keys(arr) -> np.ndarray|None:
+    """Arrow strings `arr` (no nulls) as uint64 keys in the strings' order, when each is at most 8 UTF-8 bytes and none
+    holds NUL (IDs, hashes): the bytes big-endian, zero-padded. UTF-8's byte order is the code points', and the padding
+    sorts a prefix first, as Python does; so NumPy hashes and sorts them as integers, several times quicker than Arrow
+    does strings. None for other strings."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if not len(arr): return np.zeros(0, np.uint64)
+    b = arr.cast(pa.large_binary())
+    size = pc.binary_length(b)
+    if pc.max(size).as_py() > 8 or pc.any(pc.match_substring(arr, '\x00')).as_py(): return None
+    zeros = pa.scalar(b'\x00', pa.large_binary())   # a byte of padding: `utf8_rpad` counts characters, not bytes
+    pad = pc.binary_repeat(zeros, pc.subtract(8, size))
+    fixed = pc.binary_join_element_wise(b, pad, pa.scalar(b'', pa.large_binary())).cast(pa.binary(8))
+    return np.frombuffer(fixed.buffers()[1], '>u8', len(fixed), fixed.offset*8).astype(np.uint64)
+
+def strings_of_keys(keys:np.ndarray):
+    "The Arrow strings (`large_string`) whose `short_string_keys` are `keys`."
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    b = np.ascontiguousarray(keys, dtype='>u8')
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), len(b), [None, pa.py_buffer(b)])
+    return pc.utf8_rtrim(fixed.cast(pa.large_binary()).cast(pa.large_string()), characters='\x00')
 
 def to_category(col:Column) -> Column:
     """`col.astype('category')`: categories sorted, missing values -1. For a pandas column of strings the distinct

@@ -4,6 +4,8 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from fastai_gpu_tabular import backend as B
 
 def test_import_is_lazy():
@@ -80,12 +82,15 @@ def test_cudf_columns_to_tensors_share_memory():
     codes = B.encode_codes(cudf.Series(['b', None, 'z', 'a']), ['a', 'b'], add=1)
     assert codes.to_arrow().to_pylist() == [2, 0, 0, 1]
 
-def test_arrow_strings_to_category_is_astype_category():
+@pytest.mark.parametrize('other', [None, 'ab\x00', 'nine bytes'], ids=['short', 'nul', 'long'])
+def test_arrow_strings_to_category_is_astype_category(other):
     """Arrow strings (pandas 3's `str`, `string[pyarrow]`, an `ArrowDtype`; in several chunks, sliced, on any index)
-    become pandas' own categories (the same Index, dtype and all) and codes, by Arrow's kernels."""
+    become pandas' own categories (the same Index, dtype and all) and codes, by Arrow's kernels: short strings sorted
+    as integer keys, and with a string that holds NUL or is longer than 8 bytes, by Arrow's sort."""
     import pyarrow as pa
     rng = np.random.default_rng(0)
-    vals = np.array(['b', 'a', 'é', 'B', 'zz', '10', '9', ' x', 'a b', '', '\U0001F600', 'ß', 'ab\x00'], dtype=object)
+    vals = ['b', 'a', 'é', 'B', 'zz', '10', '9', ' x', 'a b', '', '\U0001F600', 'ß', 'ab', 'abcdefgh', 'ÿ', '\x7f']
+    vals = np.array(vals + ([other] if other else []), dtype=object)
     s = pd.Series(rng.choice(vals, 600), name='s', index=rng.permutation(600) * 3, dtype=object)
     s[::7] = None
     dtypes = [pd.StringDtype('pyarrow'), pd.ArrowDtype(pa.string()), pd.ArrowDtype(pa.large_string())]
@@ -101,6 +106,24 @@ def test_arrow_strings_to_category_is_astype_category():
             assert (ours.cat.codes == ref.cat.codes).all() and ours.cat.codes.dtype == ref.cat.codes.dtype
             assert ours.index.equals(c.index) and ours.name == c.name
     assert B.arrow_strings(s) is None and B.arrow_strings(pd.Series([1.5])) is None   # object strings, numbers
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(max_size=9), max_size=40) |   # some longer than 8 bytes, or holding NUL
+       st.lists(st.text(st.characters(max_codepoint=0x7ff, exclude_characters='\x00'), max_size=4), max_size=40))
+def test_short_string_keys_sort_as_python(strings):
+    """Strings of at most 8 UTF-8 bytes without NUL become uint64 keys that compare as Python compares the strings (code
+    points), equal only where the strings are, and decode back to them; any other string makes it decline (None)."""
+    import pyarrow as pa
+    arr = pa.array(strings, type=pa.large_string())
+    keys = B.short_string_keys(arr)
+    if any(len(s.encode()) > 8 or '\x00' in s for s in strings):
+        assert keys is None
+        return
+    assert keys.dtype == np.uint64 and len(keys) == len(strings)
+    for i in range(len(strings)):
+        for j in range(len(strings)):
+            assert (keys[i] < keys[j]) == (strings[i] < strings[j]) and (keys[i] == keys[j]) == (strings[i] == strings[j])
+    assert B.strings_of_keys(keys).to_pylist() == strings
 
 def test_to_category_is_astype_category():
     "Sorting the distinct strings in C gives pandas' own categories and codes (and falls back for non-strings)."

@@ -25,7 +25,17 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..backend import codes_dtype, explode_lists, holds_strings, is_list_dtype, nan_as_null, to_backend, to_pandas
+from ..backend import (
+    codes_dtype,
+    explode_lists,
+    holds_strings,
+    is_list_dtype,
+    nan_as_null,
+    short_string_keys,
+    strings_of_keys,
+    to_backend,
+    to_pandas,
+)
 from ..chunks import part_name
 from ..splits import valid_mask
 
@@ -202,23 +212,33 @@ def merge_values(name:str, pieces:list, cast=None) -> tuple:
     lens = [len(c) for _,c in pieces]
     arrow = any(isinstance(u, pa.Array) for u,_ in pieces) and all(isinstance(u, pa.Array) or not len(u)
                                                                      for u,_ in pieces)
-    if arrow:   # Arrow strings: one hash over the partitions' values, then one sort, outside the GIL
-        us = [u if isinstance(u, pa.Array) else pa.array([], type=pa.large_string()) for u,_ in pieces]
-        d = pa.concat_arrays(us).dictionary_encode()
-        idx, order = d.indices.to_numpy(zero_copy_only=False), pc.sort_indices(d.dictionary).to_numpy()
-        values = d.dictionary.take(order).to_numpy(zero_copy_only=False)   # Python strings
+    allv = keys = None
+    if arrow:
+        allv = pa.concat_arrays([u if isinstance(u, pa.Array) else pa.array([], type=pa.large_string())
+                                 for u,_ in pieces])
+        keys = short_string_keys(allv)
+    if keys is not None:   # short strings: sorted and merged as the integers they pack into
+        uniq, codes = np.unique(keys, return_inverse=True)
+        values = strings_of_keys(uniq).to_numpy(zero_copy_only=False)   # Python strings
     else:
-        us = [np.array(u.to_pylist(), dtype=object) if isinstance(u, pa.Array) else np.asarray(u) for u,_ in pieces]
-        allv = np.concatenate(us) if us else np.zeros(0, object)
-        if cast is not None: allv = allv.astype(cast)
-        idx, u = pd.factorize(allv)
-        u = np.asarray(u)
-        order = _sort_order(u, name)
-        values = u[order]
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
-    codes = rank[idx].astype(codes_dtype(len(order)))
-    train = np.bincount(codes, weights=counts, minlength=len(order)).astype(np.int64)
+        if arrow:   # Arrow strings: one hash over the partitions' values, then one sort, outside the GIL
+            d = allv.dictionary_encode()
+            idx, order = d.indices.to_numpy(zero_copy_only=False), pc.sort_indices(d.dictionary).to_numpy()
+            values = d.dictionary.take(order).to_numpy(zero_copy_only=False)   # Python strings
+        else:
+            us = [np.array(u.to_pylist(), dtype=object) if isinstance(u, pa.Array) else np.asarray(u)
+                  for u,_ in pieces]
+            allv = np.concatenate(us) if us else np.zeros(0, object)
+            if cast is not None: allv = allv.astype(cast)
+            idx, u = pd.factorize(allv)
+            u = np.asarray(u)
+            order = _sort_order(u, name)
+            values = u[order]
+        rank = np.empty(len(order), np.int64)   # each value's place among the sorted distinct ones
+        rank[order] = np.arange(len(order))
+        codes = rank[idx]
+    codes = codes.astype(codes_dtype(len(values)))
+    train = np.bincount(codes, weights=counts, minlength=len(values)).astype(np.int64)
     return values, train, np.split(codes, np.cumsum(lens)[:-1]) if lens else []
 
 def save_remaps(path, j:int, remaps:list):

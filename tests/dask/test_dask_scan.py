@@ -235,3 +235,23 @@ def test_cache_removed_with_the_object(tmp_path):
     del items
     gc.collect()
     assert not scans[0].exists() and (tmp_path/'train').exists()   # the chunks stay
+
+@pytest.mark.parametrize('other', [None, 'nine bytes'], ids=['short', 'long'])
+def test_merged_strings_as_python_sorts_them(other):
+    """The partitions' distinct Arrow strings merge into the values, training counts and per-partition codes that the
+    same values as Python strings give (sorted as `sorted` does): short ones as integer keys, others by Arrow."""
+    import pyarrow as pa
+    from fastai_gpu_tabular.dask.scan import merge_values
+    rng = np.random.default_rng(0)
+    vals = np.array(['b', 'a', 'é', 'B', 'zz', '10', '9', ' x', '', '\U0001F600', 'ß', 'abcdefgh'] +
+                    ([other] if other else []), dtype=object)
+    pieces = []
+    for k in (5, 0, 9, 12):   # a partition's distinct values (an empty one too), and its training counts
+        u = rng.choice(vals, k, replace=False)
+        pieces.append((u, rng.integers(0, 4, k)))
+    arrow = [(pa.array(list(u), type=pa.large_string()), c) for u,c in pieces]
+    got, ref = merge_values('s', arrow), merge_values('s', pieces)
+    assert list(got[0]) == list(ref[0]) == sorted(set(np.concatenate([u for u,_ in pieces])))
+    assert all(type(v) is str for v in got[0])
+    assert np.array_equal(got[1], ref[1]) and len(got[2]) == len(ref[2]) == len(pieces)
+    for g,r in zip(got[2], ref[2]): assert np.array_equal(g, r) and g.dtype == r.dtype
