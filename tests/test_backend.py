@@ -120,9 +120,9 @@ def test_short_string_keys_sort_as_python(strings):
         assert keys is None
         return
     assert keys.dtype == np.uint64 and len(keys) == len(strings)
-    for i in range(len(strings)):
-        for j in range(len(strings)):
-            assert (keys[i] < keys[j]) == (strings[i] < strings[j]) and (keys[i] == keys[j]) == (strings[i] == strings[j])
+    for i,(k,s) in enumerate(zip(keys, strings)):
+        for j,(k2,s2) in enumerate(zip(keys, strings)):
+            assert (k < k2) == (s < s2) and (k == k2) == (s == s2), (i, j)
     assert B.strings_of_keys(keys).to_pylist() == strings
 
 def test_to_category_is_astype_category():

@@ -212,7 +212,7 @@ def merge_values(name:str, pieces:list, cast=None) -> tuple:
     lens = [len(c) for _,c in pieces]
     arrow = any(isinstance(u, pa.Array) for u,_ in pieces) and all(isinstance(u, pa.Array) or not len(u)
                                                                      for u,_ in pieces)
-    allv = keys = None
+    keys = None
     if arrow:
         allv = pa.concat_arrays([u if isinstance(u, pa.Array) else pa.array([], type=pa.large_string())
                                  for u,_ in pieces])
