@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..backend import (
+    arrow_strings,
     codes_dtype,
     explode_lists,
     holds_strings,
@@ -91,22 +92,14 @@ def _numbers(dtype) -> bool:
     "NumPy numbers (and dates), which the cache keeps as they are."
     return isinstance(dtype, np.dtype) and dtype.kind in 'biufmM'
 
-def _arrow_strings(col):
-    "The Arrow array of a column of Arrow strings (pandas' `str`/`string[pyarrow]`, `pd.ArrowDtype(string)`), or None."
-    import pyarrow as pa
-    dt = col.dtype
-    if not ((isinstance(dt, pd.StringDtype) and dt.storage == 'pyarrow') or (isinstance(dt, pd.ArrowDtype) and (
-            pa.types.is_string(dt.pyarrow_dtype) or pa.types.is_large_string(dt.pyarrow_dtype)))): return None
-    a = col.array.__arrow_array__()
-    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
-
 def _factorize(col) -> tuple:
     """`(codes, distinct)` of a host column: int codes (-1: missing) into its distinct values, Arrow strings where they
     are strings (Arrow's hash, outside the GIL, for a column of Arrow strings), else a NumPy array."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    a = _arrow_strings(col)
+    a = arrow_strings(col)
     if a is not None:
+        if isinstance(a, pa.ChunkedArray): a = a.combine_chunks()
         d = a.dictionary_encode()   # its values as large strings: those of every partition then concatenate
         return pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), d.dictionary.cast(pa.large_string())
     codes, uniq = pd.factorize(col.to_numpy() if col.dtype == object else col)
