@@ -172,21 +172,31 @@ def _arrow_category(col:pd.Series, arr) -> pd.Series:
     cat = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats), validate=False)
     return pd.Series(cat, index=col.index, name=col.name)
 
+_KEY_MASKS = np.array([(1 << 64) - (1 << 8 * (8 - n)) for n in range(9)], dtype=np.uint64)   # a key's first n bytes
+
 def short_string_keys(arr) -> np.ndarray|None:
     """Arrow strings `arr` (no nulls) as uint64 keys in the strings' order, when each is at most 8 UTF-8 bytes and none
     holds NUL (IDs, hashes): the bytes big-endian, zero-padded. UTF-8's byte order is the code points', and the padding
     sorts a prefix first, as Python does; so NumPy hashes and sorts them as integers, several times quicker than Arrow
-    does strings. None for other strings."""
+    does strings. None for other strings. Read from the array's buffers: 8 bytes from each string's start, its own
+    kept."""
     import pyarrow as pa
-    import pyarrow.compute as pc
-    if not len(arr): return np.zeros(0, np.uint64)
-    b = arr.cast(pa.large_binary())
-    size = pc.binary_length(b)
-    if pc.max(size).as_py() > 8 or pc.any(pc.match_substring(arr, '\x00')).as_py(): return None
-    zeros = pa.scalar(b'\x00', pa.large_binary())   # a byte of padding: `utf8_rpad` counts characters, not bytes
-    pad = pc.binary_repeat(zeros, pc.subtract(8, size))
-    fixed = pc.binary_join_element_wise(b, pad, pa.scalar(b'', pa.large_binary())).cast(pa.binary(8))
-    return np.frombuffer(fixed.buffers()[1], '>u8', len(fixed), fixed.offset*8).astype(np.uint64)
+    if arr.null_count: return None
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)): arr = arr.cast(pa.large_string())
+    n = len(arr)
+    if not n: return np.zeros(0, np.uint64)
+    _, offsets, data = arr.buffers()
+    dt = np.dtype(np.int64 if pa.types.is_large_string(arr.type) else np.int32)
+    o = np.frombuffer(offsets, dt, n + 1, arr.offset * dt.itemsize)
+    size = np.diff(o)
+    if size.max() > 8: return None
+    b = np.frombuffer(data, np.uint8, int(o[-1] - o[0]), int(o[0]))
+    if not b.all(): return None   # a NUL byte: it would read as padding
+    padded = np.zeros(len(b) + 8, np.uint8)   # so the last strings' 8 bytes are in the buffer
+    padded[:len(b)] = b
+    window = np.lib.stride_tricks.sliding_window_view(padded, 8)
+    keys = window[o[:-1] - o[0]].view('>u8').ravel()
+    return keys.astype(np.uint64) & _KEY_MASKS[size]
 
 def strings_of_keys(keys:np.ndarray):
     "The Arrow strings (`large_string`) whose `short_string_keys` are `keys`."

@@ -119,6 +119,9 @@ def test_short_string_keys_sort_as_python(strings):
     if any(len(s.encode()) > 8 or '\x00' in s for s in strings):
         assert keys is None
         return
+    # read from the buffers: the same keys from 32-bit offsets, and from a slice of a longer array
+    for other in (pa.array(strings, type=pa.string()), pa.array(['x', *strings, 'y'], type=pa.string())[1:-1]):
+        assert np.array_equal(B.short_string_keys(other), keys)
     assert keys.dtype == np.uint64 and len(keys) == len(strings)
     for i,(k,s) in enumerate(zip(keys, strings)):
         for j,(k2,s2) in enumerate(zip(keys, strings)):
