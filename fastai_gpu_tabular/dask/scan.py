@@ -94,19 +94,32 @@ def _numbers(dtype) -> bool:
 
 def _factorize(col) -> tuple:
     """`(codes, distinct)` of a host column: int codes (-1: missing) into its distinct values, Arrow strings where they
-    are strings (Arrow's hash, outside the GIL, for a column of Arrow strings), else a NumPy array."""
+    are strings (Arrow's hash, outside the GIL, for a column of Arrow strings; short ones as their keys, see
+    `_string_values`), else a NumPy array."""
     import pyarrow as pa
     import pyarrow.compute as pc
     a = arrow_strings(col)
     if a is not None:
         if isinstance(a, pa.ChunkedArray): a = a.combine_chunks()
-        d = a.dictionary_encode()   # its values as large strings: those of every partition then concatenate
-        return pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), d.dictionary.cast(pa.large_string())
+        d = a.dictionary_encode()
+        return _string_values(pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), d.dictionary)
     codes, uniq = pd.factorize(col.to_numpy() if col.dtype == object else col)
     uniq = np.asarray(uniq)
     if uniq.dtype == object and len(uniq) and pd.api.types.infer_dtype(uniq, skipna=False) == 'string':
-        uniq = pa.array(uniq, type=pa.large_string())   # compact, as the Arrow columns' values are
+        return _string_values(codes, pa.array(uniq, type=pa.large_string()))
     return codes, uniq
+
+def _string_values(codes:np.ndarray, uniq) -> tuple:
+    """`(codes, distinct)` of a partition's strings: short ones (`short_string_keys`) as their uint64 keys, sorted, in an
+    Arrow array, which the merge then takes as sorted runs, more than twice as quick to sort together; others as Arrow
+    large strings, whose values of every partition concatenate."""
+    import pyarrow as pa
+    keys = short_string_keys(uniq)
+    if keys is None: return codes, uniq.cast(pa.large_string())
+    order = np.argsort(keys)
+    rank = np.empty(len(order) + 1, np.int64)
+    rank[order], rank[-1] = np.arange(len(order)), -1   # a missing value's code, -1, reads the last entry
+    return rank[codes], pa.array(keys[order])
 
 def _counts(codes, train, k) -> np.ndarray:
     "How many training rows hold each of `k` values, from the rows' `codes` (-1: missing)."
@@ -203,10 +216,15 @@ def merge_values(name:str, pieces:list, cast=None) -> tuple:
     import pyarrow.compute as pc
     counts = np.concatenate([c for _,c in pieces]) if pieces else np.zeros(0, np.int64)
     lens = [len(c) for _,c in pieces]
+    keyed = [isinstance(u, pa.Array) and pa.types.is_uint64(u.type) for u,_ in pieces]   # short strings' keys
+    if any(keyed) and all(k or not len(u) for k,(u,_) in zip(keyed, pieces)):
+        keys = np.concatenate([u.to_numpy() if k else np.zeros(0, np.uint64) for k,(u,_) in zip(keyed, pieces)])
+    else:   # values of other kinds too: the keys as their strings
+        pieces = [(strings_of_keys(u.to_numpy()) if k else u, c) for k,(u,c) in zip(keyed, pieces)]
+        keys = None
     arrow = any(isinstance(u, pa.Array) for u,_ in pieces) and all(isinstance(u, pa.Array) or not len(u)
                                                                      for u,_ in pieces)
-    keys = None
-    if arrow:
+    if arrow and keys is None:
         allv = pa.concat_arrays([u if isinstance(u, pa.Array) else pa.array([], type=pa.large_string())
                                  for u,_ in pieces])
         keys = short_string_keys(allv)

@@ -239,9 +239,11 @@ def test_cache_removed_with_the_object(tmp_path):
 @pytest.mark.parametrize('other', [None, 'nine bytes'], ids=['short', 'long'])
 def test_merged_strings_as_python_sorts_them(other):
     """The partitions' distinct Arrow strings merge into the values, training counts and per-partition codes that the
-    same values as Python strings give (sorted as `sorted` does): short ones as integer keys, others by Arrow."""
+    same values as Python strings give (sorted as `sorted` does): short ones as integer keys, others by Arrow; and so
+    do the distinct values as the scan takes them from each partition's column, Arrow or object strings (short ones as
+    sorted keys, codes to match)."""
     import pyarrow as pa
-    from fastai_gpu_tabular.dask.scan import merge_values
+    from fastai_gpu_tabular.dask.scan import _factorize, merge_values
     rng = np.random.default_rng(0)
     vals = np.array(['b', 'a', 'é', 'B', 'zz', '10', '9', ' x', '', '\U0001F600', 'ß', 'abcdefgh'] +
                     ([other] if other else []), dtype=object)
@@ -255,3 +257,13 @@ def test_merged_strings_as_python_sorts_them(other):
     assert all(type(v) is str for v in got[0])
     assert np.array_equal(got[1], ref[1]) and len(got[2]) == len(ref[2]) == len(pieces)
     for g,r in zip(got[2], ref[2]): assert np.array_equal(g, r) and g.dtype == r.dtype
+    for dtype in (pd.StringDtype('pyarrow'), object):
+        scanned = []
+        for u,c in pieces:   # the partition's column holds its distinct values once each, so its counts are theirs
+            codes, uniq = _factorize(pd.Series(list(u), dtype=dtype))
+            n = np.zeros(len(uniq), np.int64)
+            n[codes] = c
+            scanned.append(((uniq, n), codes))
+        got = merge_values('s', [p for p,_ in scanned])
+        assert list(got[0]) == list(ref[0]) and np.array_equal(got[1], ref[1])
+        for (_,codes),g,r in zip(scanned, got[2], ref[2]): assert np.array_equal(g[codes], r)
