@@ -178,8 +178,8 @@ def short_string_keys(arr) -> np.ndarray|None:
     """Arrow strings `arr` (no nulls) as uint64 keys in the strings' order, when each is at most 8 UTF-8 bytes and none
     holds NUL (IDs, hashes): the bytes big-endian, zero-padded. UTF-8's byte order is the code points', and the padding
     sorts a prefix first, as Python does; so NumPy hashes and sorts them as integers, several times quicker than Arrow
-    does strings. None for other strings. Read from the array's buffers: 8 bytes from each string's start, its own
-    kept."""
+    does strings. None for other strings. Read from the array's buffers: the 8 bytes from each string's start, those
+    past its end masked to zero."""
     import pyarrow as pa
     if arr.null_count: return None
     if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)): arr = arr.cast(pa.large_string())
