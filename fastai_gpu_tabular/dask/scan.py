@@ -110,9 +110,9 @@ def _factorize(col) -> tuple:
     return codes, uniq
 
 def _string_values(codes:np.ndarray, uniq) -> tuple:
-    """`(codes, distinct)` of a partition's strings: short ones (`short_string_keys`) as their uint64 keys, sorted, in an
-    Arrow array, which the merge then takes as sorted runs, more than twice as quick to sort together; others as Arrow
-    large strings, whose values of every partition concatenate."""
+    """`(codes, distinct)` of a partition's strings: short ones (`short_string_keys`) as their uint64 keys, sorted, in
+    an Arrow array, which the merge then takes as sorted runs, more than twice as quick to sort together; others as
+    Arrow large strings, whose values of every partition concatenate."""
     import pyarrow as pa
     keys = short_string_keys(uniq)
     if keys is None: return codes, uniq.cast(pa.large_string())
