@@ -155,6 +155,12 @@ def arrow_strings(col:Column) -> Any:
         return pa.array(col.array)   # the array's `__arrow_array__`: its own (chunked) buffers
     return None
 
+def ranked(codes:np.ndarray, order:np.ndarray) -> np.ndarray:
+    "Codes into some values as codes into the same values sorted (`values[order]`); a missing value's -1 stays -1."
+    rank = np.empty(len(order) + 1, np.int64)
+    rank[order], rank[-1] = np.arange(len(order)), -1   # -1 reads the last entry
+    return rank[codes]
+
 def _arrow_category(col:pd.Series, arr) -> pd.Series:
     """`col.astype('category')` of Arrow strings `arr` in Arrow's kernels: one dictionary encoding, the dictionary
     sorted (by bytes: UTF-8's order is the code points', as pandas sorts them; short strings as integer keys), no
@@ -165,9 +171,7 @@ def _arrow_category(col:pd.Series, arr) -> pd.Series:
     enc = pc.dictionary_encode(arr)
     keys = short_string_keys(enc.dictionary)
     order = np.argsort(keys) if keys is not None else pc.array_sort_indices(enc.dictionary).to_numpy()
-    rank = np.empty(len(order) + 1, np.int64)
-    rank[order], rank[-1] = np.arange(len(order)), -1   # a null's index, filled with -1, reads the last entry
-    codes = rank[pc.fill_null(enc.indices, -1).to_numpy()]
+    codes = ranked(pc.fill_null(enc.indices, -1).to_numpy(), order)
     cats = pd.Index(col.dtype.__from_arrow__(enc.dictionary.take(pa.array(order))))
     cat = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(cats), validate=False)
     return pd.Series(cat, index=col.index, name=col.name)
@@ -220,9 +224,7 @@ def to_category(col:Column) -> Column:
                         "of lists multi-hot") from None
     if pd.api.types.infer_dtype(uniq, skipna=False) != 'string': return col.astype('category')
     order = np.argsort(np.asarray(uniq, dtype=str), kind='stable')
-    rank = np.empty(len(order), np.intp)
-    rank[order] = np.arange(len(order))
-    cat = pd.Categorical.from_codes(np.where(codes >= 0, rank[codes], -1), validate=False,
+    cat = pd.Categorical.from_codes(ranked(codes, order), validate=False,
                                     categories=pd.Index(uniq[order], dtype=object))
     return pd.Series(cat, index=col.index, name=col.name)
 

@@ -32,6 +32,7 @@ from ..backend import (
     holds_strings,
     is_list_dtype,
     nan_as_null,
+    ranked,
     short_string_keys,
     strings_of_keys,
     to_backend,
@@ -117,9 +118,7 @@ def _string_values(codes:np.ndarray, uniq) -> tuple:
     keys = short_string_keys(uniq)
     if keys is None: return codes, uniq.cast(pa.large_string())
     order = np.argsort(keys)
-    rank = np.empty(len(order) + 1, np.int64)
-    rank[order], rank[-1] = np.arange(len(order)), -1   # a missing value's code, -1, reads the last entry
-    return rank[codes], pa.array(keys[order])
+    return ranked(codes, order), pa.array(keys[order])
 
 def _counts(codes, train, k) -> np.ndarray:
     "How many training rows hold each of `k` values, from the rows' `codes` (-1: missing)."
@@ -245,9 +244,7 @@ def merge_values(name:str, pieces:list, cast=None) -> tuple:
             u = np.asarray(u)
             order = _sort_order(u, name)
             values = u[order]
-        rank = np.empty(len(order), np.int64)   # each value's place among the sorted distinct ones
-        rank[order] = np.arange(len(order))
-        codes = rank[idx]
+        codes = ranked(idx, order)
     codes = codes.astype(codes_dtype(len(values)))
     train = np.bincount(codes, weights=counts, minlength=len(values)).astype(np.int64)
     return values, train, np.split(codes, np.cumsum(lens)[:-1]) if lens else []
