@@ -78,7 +78,10 @@ def _apply(part, proc, names:dict):
     # a performance path for pandas: codes from each column's categories, with no Tabular (cuDF's are on the device)
     if isinstance(proc, fatc.Categorify) and not is_cudf(part):
         return pd.DataFrame({n: _categorify_part(proc, n, part[n]) for n in names['cat_names']}, index=part.index)
-    t = TabularGPU(part, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
+    # a shallow copy as its frame (procs replace columns, never write into them): a copy of every column, which
+    # `TabularGPU` makes to leave a caller's frame alone, would cost more than the encodes
+    t = TabularGPU(part.copy(deep=False), do_setup=False, reduce_memory=False, inplace=True, y_block=TransformBlock(),
+                   **names)
     proc(t)
     return t.items
 

@@ -114,7 +114,8 @@ class _PackedPart(NamedTuple):
 
 def _pack_partition(part, procs, path, i, split, on, names:dict) -> _PackedPart:
     "Pack a processed partition's rows (as `TabularGPU` does in memory) and write its train and valid rows as chunks."
-    t = TabularGPU(part, procs=procs, do_setup=False, reduce_memory=False, y_block=TransformBlock(), **names)
+    t = TabularGPU(part.copy(deep=False), procs=procs, do_setup=False, reduce_memory=False, inplace=True,
+                   y_block=TransformBlock(), **names)   # no copy of the columns (see `procs._apply`)
     rows, layout = pack_rows(t)
     name, width = part_name(i), rows.shape[1]
     if split is None: return _PackedPart(layout, width, PackedChunks.write_rows(Path(path)/'train', name, rows), 0)
