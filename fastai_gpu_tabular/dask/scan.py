@@ -94,31 +94,31 @@ def _numbers(dtype) -> bool:
     return isinstance(dtype, np.dtype) and dtype.kind in 'biufmM'
 
 def _factorize(col) -> tuple:
-    """`(codes, distinct)` of a host column: int codes (-1: missing) into its distinct values, Arrow strings where they
-    are strings (Arrow's hash, outside the GIL, for a column of Arrow strings; short ones as their keys, see
-    `_string_values`), else a NumPy array."""
+    """`(codes, distinct, order)` of a host column: int codes (-1: missing) into its distinct values, Arrow strings
+    where they are strings (Arrow's hash, outside the GIL, for a column of Arrow strings; short ones as their keys and
+    the order that sorts them, see `_string_values`), else a NumPy array (`order` None)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     a = arrow_strings(col)
     if a is not None:
         if isinstance(a, pa.ChunkedArray): a = a.combine_chunks()
         d = a.dictionary_encode()
-        return _string_values(pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), d.dictionary)
+        return pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), *_string_values(d.dictionary)
     codes, uniq = pd.factorize(col.to_numpy() if col.dtype == object else col)
     uniq = np.asarray(uniq)
     if uniq.dtype == object and len(uniq) and pd.api.types.infer_dtype(uniq, skipna=False) == 'string':
-        return _string_values(codes, pa.array(uniq, type=pa.large_string()))
-    return codes, uniq
+        return codes, *_string_values(pa.array(uniq, type=pa.large_string()))
+    return codes, uniq, None
 
-def _string_values(codes:np.ndarray, uniq) -> tuple:
-    """`(codes, distinct)` of a partition's strings: short ones (`short_string_keys`) as their uint64 keys, sorted, in
-    an Arrow array, which the merge then takes as sorted runs, more than twice as quick to sort together; others as
-    Arrow large strings, whose values of every partition concatenate."""
+def _string_values(uniq) -> tuple:
+    """`(distinct, order)` of a partition's distinct strings: short ones (`short_string_keys`) as their uint64 keys in
+    an Arrow array, and the order that sorts them (the merge takes them as sorted runs, more than twice as quick to sort
+    together, and a partition's codes need not be re-pointed); others as Arrow large strings, whose values of every
+    partition concatenate, and None."""
     import pyarrow as pa
     keys = short_string_keys(uniq)
-    if keys is None: return codes, uniq.cast(pa.large_string())
-    order = np.argsort(keys)
-    return ranked(codes, order), pa.array(keys[order])
+    if keys is None: return uniq.cast(pa.large_string()), None
+    return pa.array(keys), np.argsort(keys)
 
 def _counts(codes, train, k) -> np.ndarray:
     "How many training rows hold each of `k` values, from the rows' `codes` (-1: missing)."
@@ -160,15 +160,15 @@ def _scan_column(col, train:np.ndarray, d:Path, j:int, name:str, spec:ScanSpec, 
         if holds_strings(col): raise TypeError(f"multi-hot column {name!r} holds strings: give its separator, e.g. "
                                                f"multi_hot={{{name!r}: '|'}}")
         elems, lens = explode_lists(col)
-        codes, uniq = _factorize(elems)
+        codes, uniq, order = _factorize(elems)
         _save(d, str(j), codes.astype(codes_dtype(len(uniq))))
         _save(d, f'{j}.lens', np.where(col.isna().to_numpy(), -1, lens))
         r.update(store='lists', hist=np.bincount(lens),
-                 distinct=(uniq, _counts(codes, train[elems.index.to_numpy()], len(uniq))))
+                 distinct=(uniq, _counts(codes, train[elems.index.to_numpy()], len(uniq)), order))
         return r
-    codes, uniq = _factorize(col)
+    codes, uniq, order = _factorize(col)
     _save(d, str(j), codes.astype(codes_dtype(len(uniq))))
-    r.update(store='codes', distinct=(uniq, _counts(codes, train, len(uniq))),
+    r.update(store='codes', distinct=(uniq, _counts(codes, train, len(uniq)), order),
              nan_train=bool((train & (codes < 0)).any()))
     return r
 
@@ -208,11 +208,14 @@ def _sort_order(u:np.ndarray, name:str) -> np.ndarray:
         raise TypeError(f"column {name!r} mixes value types {kinds}: cast it to one type first") from None
 
 def merge_values(name:str, pieces:list, cast=None) -> tuple:
-    """`(values, train, remaps)` of column `name` from its partitions' `(distinct values, training counts)`: the
-    distinct values of all partitions, sorted (cast first to `cast`, fastai's `df_shrink` dtype, which may merge some),
-    their training counts, and for each partition the codes of its own values among them (`codes_dtype` ints)."""
+    """`(values, train, remaps)` of column `name` from its partitions' `(distinct values, training counts[, order])`
+    (`order`: None, or the order that sorts the values, short strings' keys): the distinct values of all partitions,
+    sorted (cast first to `cast`, fastai's `df_shrink` dtype, which may merge some), their training counts, and for each
+    partition the codes of its own values among them (`codes_dtype` ints)."""
     import pyarrow as pa
     import pyarrow.compute as pc
+    orders = [p[2] if len(p) > 2 else None for p in pieces]
+    pieces = [(u, c) if o is None else (pa.array(u.to_numpy()[o]), c[o]) for (u,c,*_),o in zip(pieces, orders)]
     counts = np.concatenate([c for _,c in pieces]) if pieces else np.zeros(0, np.int64)
     lens = [len(c) for _,c in pieces]
     keyed = [isinstance(u, pa.Array) and pa.types.is_uint64(u.type) for u,_ in pieces]   # short strings' keys
@@ -247,7 +250,14 @@ def merge_values(name:str, pieces:list, cast=None) -> tuple:
         codes = ranked(idx, order)
     codes = codes.astype(codes_dtype(len(values)))
     train = np.bincount(codes, weights=counts, minlength=len(values)).astype(np.int64)
-    return values, train, np.split(codes, np.cumsum(lens)[:-1]) if lens else []
+    return values, train, [r if o is None else _unsorted(r, o)
+                           for r,o in zip(np.split(codes, np.cumsum(lens)[:-1]) if lens else [], orders)]
+
+def _unsorted(r:np.ndarray, order:np.ndarray) -> np.ndarray:
+    "Remap `r` of values sorted by `order` as the remap of the values in their own order."
+    res = np.empty_like(r)
+    res[order] = r
+    return res
 
 def save_remaps(path, j:int, remaps:list):
     "Each partition's codes remap of column `j`, with -1 (a missing value) kept -1, next to its codes."

@@ -241,7 +241,7 @@ def test_merged_strings_as_python_sorts_them(other):
     """The partitions' distinct Arrow strings merge into the values, training counts and per-partition codes that the
     same values as Python strings give (sorted as `sorted` does): short ones as integer keys, others by Arrow; and so
     do the distinct values as the scan takes them from each partition's column, Arrow or object strings (short ones as
-    sorted keys, codes to match)."""
+    keys, with the order that sorts them)."""
     import pyarrow as pa
     from fastai_gpu_tabular.dask.scan import _factorize, merge_values
     rng = np.random.default_rng(0)
@@ -260,10 +260,10 @@ def test_merged_strings_as_python_sorts_them(other):
     for dtype in (pd.StringDtype('pyarrow'), object):
         scanned = []
         for u,c in pieces:   # the partition's column holds its distinct values once each, so its counts are theirs
-            codes, uniq = _factorize(pd.Series(list(u), dtype=dtype))
+            codes, uniq, order = _factorize(pd.Series(list(u), dtype=dtype))
             n = np.zeros(len(uniq), np.int64)
             n[codes] = c
-            scanned.append(((uniq, n), codes))
+            scanned.append(((uniq, n, order), codes))
         got = merge_values('s', [p for p,_ in scanned])
         assert list(got[0]) == list(ref[0]) and np.array_equal(got[1], ref[1])
         for (_,codes),g,r in zip(scanned, got[2], ref[2]): assert np.array_equal(g[codes], r)
