@@ -239,7 +239,7 @@ class TabularDask(TabularGPU):
                 columns[c] = CachedColumn('codes', dt)
             elif c in merged:
                 vals, train, remaps = merged[c]
-                if store != 'values': save_remaps(cache.path, j, remaps)
+                if store != 'values': save_remaps(cache.path, j, remaps, [r['arrays'] for r in res])
             if store == 'values': columns[c] = CachedColumn('values', np.dtype(casts.get(c, dt)))
             elif store == 'lists': columns[c] = CachedColumn('lists', np.dtype(object), True, vals)
             elif c in spec.known: pass
@@ -258,7 +258,7 @@ class TabularDask(TabularGPU):
         conts = {c: ContFacts(*(sum(r['cols'][c]['cont'][k] for r in res) for k in ('nan_train', 'nan_all', 'inf')),
                               tuple(r['cols'][c]['cont']['sample'] for r in res) if spec.sample else None)
                  for c in cols if c in spec.conts}
-        reader = CachedParts(cache, columns, [r['index'] for r in res], meta.index.name,
+        reader = CachedParts(cache, columns, [r['index'] for r in res], [r['arrays'] for r in res], meta.index.name,
                              backend_of(meta))
         with dask.config.set({'dataframe.convert-string': False}):   # the cache's dtypes are the source's
             items = dd.from_map(reader, range(len(res)), meta=reader.meta(), label='fgt-scan')
