@@ -134,6 +134,10 @@ class _Appender:
         self.at[name] = (self.f.tell(), a.dtype.str, len(a))
         a.tofile(self.f)
 
+def _part_file(root, i:int, suffix:str='.bin') -> Path:
+    "Partition `i`'s file in the cache at `root`: its arrays (`.bin`), or a string row index (`.index.arrow`)."
+    return Path(root)/part_name(i, suffix)
+
 def _read(f, at:tuple) -> np.ndarray:
     "The array an `_Appender` wrote `at` `(offset, dtype, length)` of the open file `f`."
     offset, dtype, n = at
@@ -206,12 +210,11 @@ def scan_part(part, i:int, spec:ScanSpec) -> dict:
     valid = (np.zeros(len(part), bool) if spec.split is None else
              valid_mask(part[spec.split], spec.on).to_numpy(dtype=bool, na_value=False))
     train = ~valid
-    root = Path(spec.path)
-    with open(root/part_name(i, '.bin'), 'wb') as f:
+    with open(_part_file(spec.path, i), 'wb') as f:
         save = _Appender(f)
         if valid.any(): save('valid', valid)   # the training rows, for `CachedParts.training`
         cols = {c: _scan_column(part[c], train, save, j, c, spec, i) for j,c in enumerate(spec.columns)}
-        index = _save_index(part.index, save, root/part_name(i, '.index.arrow'))
+        index = _save_index(part.index, save, _part_file(spec.path, i, '.index.arrow'))
     return dict(rows=(int(train.sum()), int(valid.sum())), index=index, arrays=save.at, cols=cols)
 
 # --- the partitions' distinct values merged --------------------------------------------------------------------------
@@ -280,7 +283,7 @@ def save_remaps(path, j:int, remaps:list, arrays:list):
     """Each partition's codes remap of column `j`, with -1 (a missing value) kept -1, appended to its file; where
     they went added to its `arrays`."""
     for i,(r,at) in enumerate(zip(remaps, arrays)):
-        with open(Path(path)/part_name(i, '.bin'), 'ab') as f:
+        with open(_part_file(path, i), 'ab') as f:
             save = _Appender(f)
             save(f'{j}.remap', np.append(r, r.dtype.type(-1)))
         at.update(save.at)
@@ -328,19 +331,17 @@ class CachedParts:
         if c.values is None: return pd.Categorical.from_codes(x, dtype=c.dtype, validate=False)
         return pd.array(pd.api.extensions.take(c.values, x.astype(np.intp), allow_fill=True), dtype=c.dtype)
 
-    def _path(self, i:int, suffix:str='.bin') -> Path: return self.cache.path/part_name(i, suffix)
-
     def _index(self, f, i:int) -> pd.Index:
         spec = self.index[i]
         if spec[0] == 'range': return pd.RangeIndex(*spec[1:], name=self.index_name)
         if spec[0] == 'npy': return pd.Index(_read(f, self.arrays[i]['index']), name=self.index_name)
         import pyarrow.feather as feather
-        return pd.Index(feather.read_table(self._path(i, '.index.arrow'))['index'].to_pandas(), dtype=spec[1],
-                        name=self.index_name)
+        values = feather.read_table(_part_file(self.cache.path, i, '.index.arrow'))['index'].to_pandas()
+        return pd.Index(values, dtype=spec[1], name=self.index_name)
 
     def __call__(self, i:int, columns):   # `columns` required: so Dask always passes them, even none
         pos = {c: j for j,c in enumerate(self.columns)}
-        with open(self._path(i), 'rb') as f:
+        with open(_part_file(self.cache.path, i), 'rb') as f:
             # not consolidated (`copy=False`): a proc replacing a column then replaces that column alone
             df = pd.DataFrame({c: self._column(f, self.arrays[i], pos[c], self.columns[c]) for c in columns},
                               index=self._index(f, i), copy=False)
@@ -355,7 +356,7 @@ class CachedParts:
         out = {c: np.empty(rows, self.columns[c].dtype) for c in names}
         at = 0
         for i,arrays in enumerate(self.arrays):
-            with open(self._path(i), 'rb') as f:
+            with open(_part_file(self.cache.path, i), 'rb') as f:
                 train = ~_read(f, arrays['valid']) if 'valid' in arrays else slice(None)
                 for c in names:
                     x = self._column(f, arrays, pos[c], self.columns[c])[train]
