@@ -16,7 +16,7 @@ from ..groupby import JoinGroupby
 from ..procs import register_proc
 from ..target import category_sums
 from .scan import ContFacts
-from .stats import compute, delayed, exact_moments
+from .stats import compute, delayed, exact_moments, replace_columns
 from .target import category_codes, training_values
 
 __all__ = []
@@ -77,7 +77,7 @@ def _groupby_encodes(self, to):
     if not self.groups: return to
     src = to.items[list(self.groups)]
     out = src.map_partitions(_join_part, dask.delayed(self), meta=self.joined(src._meta))
-    to.items = to.items.assign(**{c: out[c] for c in self.made_names})
+    to.items = replace_columns(to.items, out, self.made_names)
     for c in self.made_names:
         if c not in to.cont_names: to.cont_names.append(c)
     # FillMissing reads which conts hold NaN from the scan: these never do (each row gets a group's or the default)

@@ -28,7 +28,7 @@ from ..procs import (
     vocab_values,
 )
 from .scan import ColumnValues
-from .stats import compute, delayed, exact_median, exact_mode, exact_moments, mean_dtype
+from .stats import compute, delayed, exact_median, exact_mode, exact_moments, mean_dtype, replace_columns
 
 __all__ = []
 
@@ -107,7 +107,7 @@ def _encodes(self, to):
     if not cols: return to
     meta = _apply(to.items[cols]._meta, self, names)   # the output's columns and dtypes, from an empty partition
     out = to.items[cols].map_partitions(_apply, dask.delayed(self), names, meta=meta)
-    to.items = to.items.assign(**{c: out[c] for c in meta.columns})
+    to.items = replace_columns(to.items, out)
     # a HashedCross adds its crosses and leaves the columns it reads as they were: their scanned facts still hold
     kept = set(cols) if isinstance(self, HashedCross) else set()
     held = _held(to, names['cont_names']) if names['cont_names'] and cols == names['cont_names'] else None

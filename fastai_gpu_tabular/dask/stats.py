@@ -8,7 +8,7 @@ import pandas as pd
 from ..backend import array_module, column_values, to_host
 
 __all__ = []
-# also public, not star-exported (generic names): `compute`, `delayed`, `run`, `mean_dtype`
+# also public, not star-exported (generic names): `compute`, `delayed`, `run`, `replace_columns`, `mean_dtype`
 
 def compute(*tasks):
     "Compute Dask collections or delayed objects together on the active scheduler (a distributed Client if any)."
@@ -25,6 +25,16 @@ def run(calls:list) -> tuple:
     where they are frames in memory (the training rows held for the statistics: no pass over the partitions)."""
     if any(hasattr(c[1], 'dask') for c in calls): return compute(*[delayed(f)(*args) for f,*args in calls])
     return tuple(f(*args) for f,*args in calls)
+
+def replace_columns(items, out, names:list|None=None):
+    """`items` with columns `names` of `out` (all of them by default), a frame over the same partitions made from them,
+    in place of its own: those it has keep their place, the others go last, as `assign` would place them. One
+    concatenation a partition: an `assign` of each column is a task a column, and its alignment check tokenizes both."""
+    import dask.dataframe as dd
+    names = list(out.columns) if names is None else list(names)
+    order = list(items.columns) + [c for c in names if c not in items.columns]
+    kept = items.drop(columns=[c for c in names if c in items.columns])
+    return dd.concat([kept, out[names]], axis=1, ignore_unknown_divisions=True)[order]
 
 # --- numpy's pairwise summation ------------------------------------------------------------------------------------
 # numpy adds a contiguous run of n values as a tree: runs of up to 128 in 8 interleaved lanes, longer runs split at

@@ -22,7 +22,7 @@ from ..target import (
     m_smoothed,
 )
 from .scan import ContFacts
-from .stats import compute, delayed, exact_moments
+from .stats import compute, delayed, exact_moments, replace_columns
 
 __all__ = []
 
@@ -190,7 +190,7 @@ def _target_encodes(self, to):
         out = src.assign(**{_ROW: row}).map_partitions(_encode_oof_part, dask.delayed(self),
                                                       dask.delayed(dict(self._oof)), meta=meta)
     else: out = src.map_partitions(_encode_part, dask.delayed(self), meta=meta)
-    to.items = to.items.assign(**{c: out[c] for c in self.made_names})
+    to.items = replace_columns(to.items, out, self.made_names)
     to.scan = to.scan.rewritten(self.made_names)
     # each row's values come from the tables (or are the target's mean): finite tables, no NaN for FillMissing to count
     tables = [self.target_mean, *(e.to_numpy('f8') for e in self.encodings.values()),

@@ -95,6 +95,12 @@ def test_packed_rows_are_in_memorys(built):
     assert torch.equal(to.valid.packed_rows()[0], rows[tg.split:])
     assert [c.layout for c in to.chunks] == [tg.packed_rows()[1]] * 2
 
+def test_items_are_fastais(built):
+    """The processed frame is TabularPandas': its columns in its order (the `_na` flags last), its values and dtypes;
+    its rows as they came (fastai puts the training rows first)."""
+    to, tp, _ = built
+    pd.testing.assert_frame_equal(to.items.compute(), tp.items.sort_index())
+
 def test_arrow_strings_and_partitions():
     "Dask's default pyarrow strings (vocabulary from the training rows), many partitions; one and no validation rows."
     df = _frame(1500, seed=1)
