@@ -33,7 +33,7 @@ from .stats import compute, delayed, exact_median, exact_mode, exact_moments, me
 __all__ = []
 
 _INDEXES = weakref.WeakKeyDictionary()   # Categorify -> {column: its vocabulary as a pandas Index}, in each process
-_LUTS = weakref.WeakKeyDictionary()   # Categorify -> {column: (categories, the code of each, and of a missing value)}
+_LUTS = weakref.WeakKeyDictionary()   # Categorify -> {column: (categories, codes of each and of a missing one, +1?)}
 
 def _vocab_index(proc, n) -> pd.Index:
     "Column `n`'s vocabulary as a pandas Index, made once per process: its hash table then serves every partition."
@@ -60,8 +60,12 @@ def _category_codes(proc, n, col):
         vocab = vocab_values(proc, n)
         same = len(vocab) == len(cats) and np.array_equal(np.asarray(vocab, dtype=object), cats.to_numpy(dtype=object))
         codes = categorify_codes(proc, n, each, cats if same else _vocab_index(proc, n)).to_numpy()
-        d[n] = cats, np.roll(codes, -1)   # the missing value's code last: a missing row's category code, -1, reads it
-    return pd.Series(d[n][1][col.cat.codes.to_numpy()], index=col.index, name=n)
+        # each category's code its own + 1 (#na# 0, a missing row's -1 + 1): an add then, a tenth of a gather's time
+        shifted = np.array_equal(codes, np.arange(len(codes)))
+        d[n] = cats, np.roll(codes, -1), shifted   # the missing value's code last: a missing row's -1 reads it
+    _, lut, shifted = d[n]
+    c = col.cat.codes.to_numpy()
+    return pd.Series(np.add(c, 1, dtype=lut.dtype) if shifted else lut[c], index=col.index, name=n)
 
 def _categorify_part(proc, n, col):
     "Categorify's codes of a partition's column: its categories' (see `_category_codes`), else each value looked up."
