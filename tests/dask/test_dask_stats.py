@@ -79,3 +79,22 @@ def test_median_bracket_that_misses(monkeypatch, end):
     monkeypatch.setattr(S, '_bracket', lambda *a: passes.append(1) or orig(*a))
     assert exact_median(ddf.to_delayed(), ['x'], dict(df.dtypes))['x'] == df['x'].median()
     assert len(passes) == 2 * ddf.npartitions   # the bracket missed once, then held
+
+def test_replace_columns_keeps_order_and_projection():
+    """A proc's output in place of the columns it read, the new ones last (as pandas' `assign` places them); a pass that
+    selects other columns does not run the proc, and a frame whose columns are all replaced keeps its rows."""
+    df = pd.DataFrame({'a': list('xyzw') * 5, 'b': np.arange(20.), 'c': np.arange(20)})
+    ddf = dd.from_pandas(df, npartitions=3).clear_divisions()   # unknown divisions, as the scan's cache has
+    calls = []
+    def upper(p):
+        calls.append(len(p))
+        return p[['a']].assign(a=p.a.str.upper(), new=len(p))
+    got = S.replace_columns(ddf, ddf[['a']].map_partitions(upper, meta=upper(ddf._meta)))
+    calls.clear()
+    pd.testing.assert_frame_equal(got[['b', 'c']].compute(), df[['b', 'c']])
+    assert calls == []   # the selection went through to the source
+    parts = [ddf.get_partition(i).compute() for i in range(ddf.npartitions)]
+    pd.testing.assert_frame_equal(got.compute(), pd.concat([p.assign(**upper(p)) for p in parts]))
+    only = ddf[['a']]
+    got = S.replace_columns(only, only.map_partitions(upper, meta=upper(only._meta)), ['a'])
+    pd.testing.assert_frame_equal(got.compute(), pd.concat([upper(p)[['a']] for p in parts]))
