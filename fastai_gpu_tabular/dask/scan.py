@@ -120,10 +120,10 @@ def _string_values(uniq) -> tuple:
     if keys is None: return uniq.cast(pa.large_string()), None
     return pa.array(keys), np.argsort(keys)
 
-def _counts(codes, train, k) -> np.ndarray:
-    """How many training rows hold each of `k` values, from the rows' `codes` (-1: missing, counted apart and dropped).
-    The training rows' codes taken by position: two to three times quicker than masking out the missing ones too."""
-    return np.bincount(np.add(codes.take(np.flatnonzero(train)), 1, dtype=np.int64), minlength=k + 1)[1:]
+def _counts(codes, at:np.ndarray, k) -> np.ndarray:
+    """How many training rows hold each of `k` values, from the rows' `codes` (-1: missing, counted apart and dropped)
+    and the training rows' positions `at`: taken by position, two to three times quicker than a mask of them."""
+    return np.bincount(np.add(codes.take(at), 1, dtype=np.int64), minlength=k + 1)[1:]
 
 class _Appender:
     """A partition's arrays (1-D, NumPy numbers) written one after another to its one open file, and where each went,
@@ -156,8 +156,10 @@ def _cont_facts(x:np.ndarray, train:np.ndarray, sample:int, seed:int) -> dict:
         r['sample'] = (len(v), np.sort(s.astype('f8')))
     return r
 
-def _scan_column(col, train:np.ndarray, save:_Appender, j:int, name:str, spec:ScanSpec, seed:int) -> dict:
-    "Column `name` of a partition `save`d as array `j`; what the procs need to know of it."
+def _scan_column(col, train:np.ndarray, at:np.ndarray, save:_Appender, j:int, name:str, spec:ScanSpec,
+                 seed:int) -> dict:
+    """Column `name` of a partition `save`d as array `j`; what the procs need to know of it. The training rows: their
+    mask `train` and their positions `at`."""
     r = {'nan': bool(col.isna().any())} if name in spec.ys else {}
     if _numbers(col.dtype):
         x = col.to_numpy()
@@ -167,12 +169,12 @@ def _scan_column(col, train:np.ndarray, save:_Appender, j:int, name:str, spec:Sc
         if name in spec.conts: r['cont'] = _cont_facts(x, train, spec.sample, seed)
         if name in spec.distinct:
             codes, uniq = pd.factorize(x)
-            r.update(distinct=(uniq, _counts(codes, train, len(uniq))), nan_train=bool((train & (codes < 0)).any()))
+            r.update(distinct=(uniq, _counts(codes, at, len(uniq))), nan_train=bool((train & (codes < 0)).any()))
         return r
     if name in spec.known:   # codes into the categories Dask knows: the same in every partition
         codes = col.cat.codes.to_numpy()
         save(str(j), codes)
-        r.update(store='codes', distinct=(None, _counts(codes, train, len(col.cat.categories))),
+        r.update(store='codes', distinct=(None, _counts(codes, at, len(col.cat.categories))),
                  nan_train=bool((train & (codes < 0)).any()))
         return r
     if name in spec.lists or is_list_dtype(col):
@@ -183,11 +185,11 @@ def _scan_column(col, train:np.ndarray, save:_Appender, j:int, name:str, spec:Sc
         save(str(j), codes.astype(codes_dtype(len(uniq))))
         save(f'{j}.lens', np.where(col.isna().to_numpy(), -1, lens))
         r.update(store='lists', hist=np.bincount(lens),
-                 distinct=(uniq, _counts(codes, train[elems.index.to_numpy()], len(uniq)), order))
+                 distinct=(uniq, _counts(codes, np.flatnonzero(train[elems.index.to_numpy()]), len(uniq)), order))
         return r
     codes, uniq, order = _factorize(col)
     save(str(j), codes.astype(codes_dtype(len(uniq))))
-    r.update(store='codes', distinct=(uniq, _counts(codes, train, len(uniq)), order),
+    r.update(store='codes', distinct=(uniq, _counts(codes, at, len(uniq)), order),
              nan_train=bool((train & (codes < 0)).any()))
     return r
 
@@ -211,10 +213,11 @@ def scan_part(part, i:int, spec:ScanSpec) -> dict:
     valid = (np.zeros(len(part), bool) if spec.split is None else
              valid_mask(part[spec.split], spec.on).to_numpy(dtype=bool, na_value=False))
     train = ~valid
+    at = np.flatnonzero(train)
     with open(_part_file(spec.path, i), 'wb') as f:
         save = _Appender(f)
         if valid.any(): save('valid', valid)   # the training rows, for `CachedParts.training`
-        cols = {c: _scan_column(part[c], train, save, j, c, spec, i) for j,c in enumerate(spec.columns)}
+        cols = {c: _scan_column(part[c], train, at, save, j, c, spec, i) for j,c in enumerate(spec.columns)}
         index = _save_index(part.index, save, _part_file(spec.path, i, '.index.arrow'))
     return dict(rows=(int(train.sum()), int(valid.sum())), index=index, arrays=save.at, cols=cols)
 
