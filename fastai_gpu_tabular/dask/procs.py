@@ -33,7 +33,8 @@ from .stats import compute, delayed, exact_median, exact_mode, exact_moments, me
 __all__ = []
 
 _INDEXES = weakref.WeakKeyDictionary()   # Categorify -> {column: its vocabulary as a pandas Index}, in each process
-_LUTS = weakref.WeakKeyDictionary()   # Categorify -> {column: (categories, codes of each and of a missing one, +1?)}
+# Categorify -> {column: (categories, the code of each and of a missing value, whether each is its category code + 1)}
+_LUTS = weakref.WeakKeyDictionary()
 
 def _vocab_index(proc, n) -> pd.Index:
     "Column `n`'s vocabulary as a pandas Index, made once per process: its hash table then serves every partition."

@@ -120,10 +120,12 @@ def _string_values(uniq) -> tuple:
     if keys is None: return uniq.cast(pa.large_string()), None
     return pa.array(keys), np.argsort(keys)
 
-def _counts(codes, at:np.ndarray, k) -> np.ndarray:
-    """How many training rows hold each of `k` values, from the rows' `codes` (-1: missing, counted apart and dropped)
-    and the training rows' positions `at`: taken by position, two to three times quicker than a mask of them."""
-    return np.bincount(np.add(codes.take(at), 1, dtype=np.int64), minlength=k + 1)[1:]
+def _counts(codes, at:np.ndarray, k) -> tuple[np.ndarray, bool]:
+    """`(counts, nan_train)`: how many training rows hold each of `k` values, and whether one holds a missing value,
+    from the rows' `codes` (-1: missing) taken at the training rows' positions `at` (two to three times quicker than a
+    mask of them)."""
+    n = np.bincount(np.add(codes.take(at), 1, dtype=np.int64), minlength=k + 1)
+    return n[1:], bool(n[0])
 
 class _Appender:
     """A partition's arrays (1-D, NumPy numbers) written one after another to its one open file, and where each went,
@@ -169,13 +171,14 @@ def _scan_column(col, train:np.ndarray, at:np.ndarray, save:_Appender, j:int, na
         if name in spec.conts: r['cont'] = _cont_facts(x, train, spec.sample, seed)
         if name in spec.distinct:
             codes, uniq = pd.factorize(x)
-            r.update(distinct=(uniq, _counts(codes, at, len(uniq))), nan_train=bool((train & (codes < 0)).any()))
+            counts, r['nan_train'] = _counts(codes, at, len(uniq))
+            r['distinct'] = uniq, counts
         return r
     if name in spec.known:   # codes into the categories Dask knows: the same in every partition
         codes = col.cat.codes.to_numpy()
         save(str(j), codes)
-        r.update(store='codes', distinct=(None, _counts(codes, at, len(col.cat.categories))),
-                 nan_train=bool((train & (codes < 0)).any()))
+        counts, r['nan_train'] = _counts(codes, at, len(col.cat.categories))
+        r.update(store='codes', distinct=(None, counts))
         return r
     if name in spec.lists or is_list_dtype(col):
         if holds_strings(col): raise TypeError(f"multi-hot column {name!r} holds strings: give its separator, e.g. "
@@ -185,12 +188,12 @@ def _scan_column(col, train:np.ndarray, at:np.ndarray, save:_Appender, j:int, na
         save(str(j), codes.astype(codes_dtype(len(uniq))))
         save(f'{j}.lens', np.where(col.isna().to_numpy(), -1, lens))
         r.update(store='lists', hist=np.bincount(lens),
-                 distinct=(uniq, _counts(codes, np.flatnonzero(train[elems.index.to_numpy()]), len(uniq)), order))
+                 distinct=(uniq, _counts(codes, np.flatnonzero(train[elems.index.to_numpy()]), len(uniq))[0], order))
         return r
     codes, uniq, order = _factorize(col)
     save(str(j), codes.astype(codes_dtype(len(uniq))))
-    r.update(store='codes', distinct=(uniq, _counts(codes, at, len(uniq)), order),
-             nan_train=bool((train & (codes < 0)).any()))
+    counts, r['nan_train'] = _counts(codes, at, len(uniq))
+    r.update(store='codes', distinct=(uniq, counts, order))
     return r
 
 def _save_index(index:pd.Index, save:_Appender, path:Path):
