@@ -94,31 +94,28 @@ def _numbers(dtype) -> bool:
     return isinstance(dtype, np.dtype) and dtype.kind in 'biufmM'
 
 def _factorize(col) -> tuple:
-    """`(codes, distinct, order)` of a host column: int codes (-1: missing) into its distinct values, Arrow strings
-    where they are strings (Arrow's hash, outside the GIL, for a column of Arrow strings; short ones as their keys and
-    the order that sorts them, see `_string_values`), else a NumPy array (`order` None)."""
+    """`(codes, distinct)` of a host column: int codes (-1: missing) into its distinct values, Arrow strings where they
+    are strings (Arrow's hash, outside the GIL, for a column of Arrow strings; short ones as their keys, see
+    `_string_values`), else a NumPy array."""
     import pyarrow as pa
     import pyarrow.compute as pc
     a = arrow_strings(col)
     if a is not None:
         if isinstance(a, pa.ChunkedArray): a = a.combine_chunks()
         d = a.dictionary_encode()
-        return pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), *_string_values(d.dictionary)
+        return pc.fill_null(d.indices, -1).to_numpy(zero_copy_only=False), _string_values(d.dictionary)
     codes, uniq = pd.factorize(col.to_numpy() if col.dtype == object else col)
     uniq = np.asarray(uniq)
     if uniq.dtype == object and len(uniq) and pd.api.types.infer_dtype(uniq, skipna=False) == 'string':
-        return codes, *_string_values(pa.array(uniq, type=pa.large_string()))
-    return codes, uniq, None
+        return codes, _string_values(pa.array(uniq, type=pa.large_string()))
+    return codes, uniq
 
-def _string_values(uniq) -> tuple:
-    """`(distinct, order)` of a partition's distinct strings: short ones (`short_string_keys`) as their uint64 keys in
-    an Arrow array, and the order that sorts them (the merge takes them as sorted runs, more than twice as quick to sort
-    together, and a partition's codes need not be re-pointed); others as Arrow large strings, whose values of every
-    partition concatenate, and None."""
+def _string_values(uniq):
+    """A partition's distinct strings: short ones (`short_string_keys`) as their uint64 keys in an Arrow array, which
+    the merge hashes as integers; others as Arrow large strings, whose values of every partition concatenate."""
     import pyarrow as pa
     keys = short_string_keys(uniq)
-    if keys is None: return uniq.cast(pa.large_string()), None
-    return pa.array(keys), np.argsort(keys)
+    return uniq.cast(pa.large_string()) if keys is None else pa.array(keys)
 
 def _counts(codes, at:np.ndarray, k) -> tuple[np.ndarray, bool]:
     """`(counts, nan_train)`: how many training rows hold each of `k` values, and whether one holds a missing value,
@@ -184,16 +181,16 @@ def _scan_column(col, train:np.ndarray, at:np.ndarray, save:_Appender, j:int, na
         if holds_strings(col): raise TypeError(f"multi-hot column {name!r} holds strings: give its separator, e.g. "
                                                f"multi_hot={{{name!r}: '|'}}")
         elems, lens = explode_lists(col)
-        codes, uniq, order = _factorize(elems)
+        codes, uniq = _factorize(elems)
         save(str(j), codes.astype(codes_dtype(len(uniq))))
         save(f'{j}.lens', np.where(col.isna().to_numpy(), -1, lens))
         r.update(store='lists', hist=np.bincount(lens),
-                 distinct=(uniq, _counts(codes, np.flatnonzero(train[elems.index.to_numpy()]), len(uniq))[0], order))
+                 distinct=(uniq, _counts(codes, np.flatnonzero(train[elems.index.to_numpy()]), len(uniq))[0]))
         return r
-    codes, uniq, order = _factorize(col)
+    codes, uniq = _factorize(col)
     save(str(j), codes.astype(codes_dtype(len(uniq))))
     counts, r['nan_train'] = _counts(codes, at, len(uniq))
-    r.update(store='codes', distinct=(uniq, counts, order))
+    r.update(store='codes', distinct=(uniq, counts))
     return r
 
 def _save_index(index:pd.Index, save:_Appender, path:Path):
@@ -235,14 +232,11 @@ def _sort_order(u:np.ndarray, name:str) -> np.ndarray:
         raise TypeError(f"column {name!r} mixes value types {kinds}: cast it to one type first") from None
 
 def merge_values(name:str, pieces:list, cast=None) -> tuple:
-    """`(values, train, remaps)` of column `name` from its partitions' `(distinct values, training counts[, order])`
-    (`order`: None, or the order that sorts the values, short strings' keys): the distinct values of all partitions,
-    sorted (cast first to `cast`, fastai's `df_shrink` dtype, which may merge some), their training counts, and for each
-    partition the codes of its own values among them (`codes_dtype` ints)."""
+    """`(values, train, remaps)` of column `name` from its partitions' `(distinct values, training counts)`: the
+    distinct values of all partitions, sorted (cast first to `cast`, fastai's `df_shrink` dtype, which may merge some),
+    their training counts, and for each partition the codes of its own values among them (`codes_dtype` ints)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    orders = [p[2] if len(p) > 2 else None for p in pieces]
-    pieces = [(u, c) if o is None else (pa.array(u.to_numpy()[o]), c[o]) for (u,c,*_),o in zip(pieces, orders)]
     counts = np.concatenate([c for _,c in pieces]) if pieces else np.zeros(0, np.int64)
     lens = [len(c) for _,c in pieces]
     keyed = [isinstance(u, pa.Array) and pa.types.is_uint64(u.type) for u,_ in pieces]   # short strings' keys
@@ -257,34 +251,25 @@ def merge_values(name:str, pieces:list, cast=None) -> tuple:
         allv = pa.concat_arrays([u if isinstance(u, pa.Array) else pa.array([], type=pa.large_string())
                                  for u,_ in pieces])
         keys = short_string_keys(allv)
-    if keys is not None:   # short strings: sorted and merged as the integers they pack into
-        uniq, codes = np.unique(keys, return_inverse=True)
-        values = strings_of_keys(uniq).to_numpy(zero_copy_only=False)   # Python strings
+    if keys is not None:   # short strings: hashed, then the distinct ones sorted, as the integers they pack into
+        idx, uniq = pd.factorize(keys)   # as quick as merging sorted runs, and no partition need sort its keys
+        order = np.argsort(uniq)
+        values = strings_of_keys(uniq[order]).to_numpy(zero_copy_only=False)   # Python strings
+    elif arrow:   # Arrow strings: one hash over the partitions' values, then one sort, outside the GIL
+        d = allv.dictionary_encode()
+        idx, order = d.indices.to_numpy(zero_copy_only=False), pc.sort_indices(d.dictionary).to_numpy()
+        values = d.dictionary.take(order).to_numpy(zero_copy_only=False)   # Python strings
     else:
-        if arrow:   # Arrow strings: one hash over the partitions' values, then one sort, outside the GIL
-            d = allv.dictionary_encode()
-            idx, order = d.indices.to_numpy(zero_copy_only=False), pc.sort_indices(d.dictionary).to_numpy()
-            values = d.dictionary.take(order).to_numpy(zero_copy_only=False)   # Python strings
-        else:
-            us = [np.array(u.to_pylist(), dtype=object) if isinstance(u, pa.Array) else np.asarray(u)
-                  for u,_ in pieces]
-            allv = np.concatenate(us) if us else np.zeros(0, object)
-            if cast is not None: allv = allv.astype(cast)
-            idx, u = pd.factorize(allv)
-            u = np.asarray(u)
-            order = _sort_order(u, name)
-            values = u[order]
-        codes = ranked(idx, order)
-    codes = codes.astype(codes_dtype(len(values)))
+        us = [np.array(u.to_pylist(), dtype=object) if isinstance(u, pa.Array) else np.asarray(u) for u,_ in pieces]
+        allv = np.concatenate(us) if us else np.zeros(0, object)
+        if cast is not None: allv = allv.astype(cast)
+        idx, u = pd.factorize(allv)
+        u = np.asarray(u)
+        order = _sort_order(u, name)
+        values = u[order]
+    codes = ranked(idx, order).astype(codes_dtype(len(values)))
     train = np.bincount(codes, weights=counts, minlength=len(values)).astype(np.int64)
-    return values, train, [r if o is None else _unsorted(r, o)
-                           for r,o in zip(np.split(codes, np.cumsum(lens)[:-1]) if lens else [], orders)]
-
-def _unsorted(r:np.ndarray, order:np.ndarray) -> np.ndarray:
-    "Remap `r` of values sorted by `order` as the remap of the values in their own order."
-    res = np.empty_like(r)
-    res[order] = r
-    return res
+    return values, train, np.split(codes, np.cumsum(lens)[:-1]) if lens else []
 
 def save_remaps(path, j:int, remaps:list, arrays:list):
     """Each partition's codes remap of column `j`, with -1 (a missing value) kept -1, appended to its file; where

@@ -265,10 +265,10 @@ def test_merged_strings_as_python_sorts_them(other):
     for dtype in (pd.StringDtype('pyarrow'), object):
         scanned = []
         for u,c in pieces:   # the partition's column holds its distinct values once each, so its counts are theirs
-            codes, uniq, order = _factorize(pd.Series(list(u), dtype=dtype))
+            codes, uniq = _factorize(pd.Series(list(u), dtype=dtype))
             n = np.zeros(len(uniq), np.int64)
             n[codes] = c
-            scanned.append(((uniq, n, order), codes))
+            scanned.append(((uniq, n), codes))
         got = merge_values('s', [p for p,_ in scanned])
         assert list(got[0]) == list(ref[0]) and np.array_equal(got[1], ref[1])
         for (_,codes),g,r in zip(scanned, got[2], ref[2]): assert np.array_equal(g[codes], r)
