@@ -24,6 +24,7 @@ from ..procs import (
     category_map,
     keep_frequent,
     learn_bucket_counts,
+    normalize_stats,
     register_proc,
     vocab_values,
 )
@@ -193,8 +194,8 @@ def _held(to, names:list) -> pd.DataFrame|None:
     return held[names] if held is not None and all(n in held.columns for n in names) else None
 
 def _training_parts(trn, names:list) -> list:
-    """Columns `names` of `trn`, a training subset: one frame in memory where the scan holds them, else the delayed
-    partitions."""
+    """Columns `names` of `trn`, a training subset: one frame in memory where the scan holds them (the median's
+    bracket over it is quicker than pandas' median), else the delayed partitions."""
     held = _held(trn, names)
     return [held] if held is not None else trn.cols(names).to_delayed()
 
@@ -220,9 +221,13 @@ def _fillmissing_setups(self, to):
 # --- Normalize ----------------------------------------------------------------------------------------------------
 def _normalize_setups(self, to):
     trn, conts = to.train, list(to.cont_names)
+    held = _held(trn, conts) if conts else None
+    if held is not None:   # the training rows in memory: the in-memory setups' own statistics
+        self.means, self.stds = normalize_stats(held)
+        return self(to)
     dtypes = {c: trn.items[c].dtype for c in conts}
-    lens = None if _held(trn, conts) is not None else trn.partition_rows()
-    means, stds = exact_moments(_training_parts(trn, conts), conts, dtypes, lens=lens) if conts else ({}, {})
+    parts = trn.cols(conts).to_delayed() if conts else []
+    means, stds = exact_moments(parts, conts, dtypes, lens=trn.partition_rows()) if conts else ({}, {})
     # pandas adds 1e-7 to the std Series, in its common dtype
     plus = np.array([stds[c] for c in conts], dtype=mean_dtype(list(dtypes.values()))) + 1e-7
     self.means, self.stds = means, dict(zip(conts, plus))
