@@ -73,7 +73,7 @@ class ContFacts:
     nan_train: int = 0
     nan_all: int = 0
     inf: int = 0
-    samples: tuple|None = None  # per partition: (non-missing training values, a sorted float64 sample of them)
+    samples: tuple|None = None  # per partition: (non-missing training values, a sorted float64 sample of those)
 
 class ScanSpec(NamedTuple):
     "What `scan_part` takes from each partition, and where its columns go."
@@ -144,15 +144,16 @@ def _read(f, at:tuple) -> np.ndarray:
     f.seek(offset)
     return np.fromfile(f, np.dtype(dtype), n)
 
-def _cont_facts(x:np.ndarray, train:np.ndarray, sample:int, seed:int) -> dict:
-    "A continuous column's missing and +-inf counts, and a sorted sample of its training values (as float64)."
+def _cont_facts(x:np.ndarray, train:np.ndarray, at:np.ndarray, sample:int, seed:int) -> dict:
+    """A continuous column's missing and +-inf counts, and a sorted sample of its training values (as float64): those
+    of `sample` training rows drawn at random (`at`: their positions), less the missing ones."""
     f = x.dtype.kind == 'f'
     nan = np.isnan(x) if f else np.zeros(len(x), bool)
-    r = dict(nan_train=int((nan & train).sum()), nan_all=int(nan.sum()), inf=int(np.isinf(x).sum()) if f else 0)
-    if sample:
-        v = x[train & ~nan]
-        s = np.random.default_rng(seed).choice(v, sample, replace=False) if len(v) > sample else v
-        r['sample'] = (len(v), np.sort(s.astype('f8')))
+    r = dict(nan_train=np.count_nonzero(nan & train), nan_all=np.count_nonzero(nan),
+             inf=np.count_nonzero(np.isinf(x)) if f else 0)
+    if sample:   # rows drawn, not values: a mask of the training values would cost ten times the draw
+        s = x[at if len(at) <= sample else at[np.random.default_rng(seed).choice(len(at), sample, replace=False)]]
+        r['sample'] = (len(at) - r['nan_train'], np.sort((s[~np.isnan(s)] if f else s).astype('f8')))
     return r
 
 def _scan_column(col, train:np.ndarray, at:np.ndarray, save:_Appender, j:int, name:str, spec:ScanSpec,
@@ -165,7 +166,7 @@ def _scan_column(col, train:np.ndarray, at:np.ndarray, save:_Appender, j:int, na
         save(str(j), x)
         r['store'] = 'values'
         if name in spec.shrink: r['min'], r['max'] = col.min(), col.max()
-        if name in spec.conts: r['cont'] = _cont_facts(x, train, spec.sample, seed)
+        if name in spec.conts: r['cont'] = _cont_facts(x, train, at, spec.sample, seed)
         if name in spec.distinct:
             codes, uniq = pd.factorize(x)
             counts, r['nan_train'] = _counts(codes, at, len(uniq))

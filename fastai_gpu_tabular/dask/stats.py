@@ -247,6 +247,9 @@ def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096, samples:di
     for c in cols:
         n = sum(r[c][0] for r in p1)
         if n == 0: res[c] = None; continue
+        if not sum(len(r[c][1]) for r in p1):   # values, but none in the samples (rows drawn, nearly all missing)
+            todo[c] = (n, _middle(n), -np.inf, np.inf)
+            continue
         # the sample's values, each standing for (partition rows / sample size) rows
         vals = np.concatenate([r[c][1] for r in p1])
         w = np.concatenate([np.full(len(r[c][1]), r[c][0] / max(len(r[c][1]), 1)) for r in p1])

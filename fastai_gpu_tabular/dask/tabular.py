@@ -63,7 +63,7 @@ from .target import TargetEncode, register_dask_target
 
 __all__ = ['TabularDask']
 
-_MEDIAN_SAMPLE = 4096   # training values a partition samples from each continuous column, to bracket the median
+_MEDIAN_SAMPLE = 4096   # training rows a partition samples each continuous column's values at, to bracket the median
 # bytes of training rows' continuous columns held in memory while the procs are set up: FillMissing's median and mode
 # and Normalize's moments are then pandas' own over them, with no pass over the partitions (10M Criteo-like rows take
 # 416 MB); more, and each statistic is a pass or two over the cache (dask/stats.py)

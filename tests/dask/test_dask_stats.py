@@ -98,3 +98,24 @@ def test_replace_columns_keeps_order_and_projection():
     only = ddf[['a']]
     got = S.replace_columns(only, only.map_partitions(upper, meta=upper(only._meta)), ['a'])
     pd.testing.assert_frame_equal(got.compute(), pd.concat([upper(p)[['a']] for p in parts]))
+
+@pytest.mark.parametrize('sample', [1, 3, 10_000])
+def test_median_from_the_scans_row_samples(sample):
+    """The scan samples a column at random training rows and drops the missing values: a column nearly all missing
+    gives some partitions' samples no value, or all of them (the bracket is then every value). pandas' median still."""
+    from fastai_gpu_tabular.dask.scan import _cont_facts
+    rng = np.random.default_rng(5)
+    n = 20_000
+    df = pd.DataFrame({'x': _wide(rng, n, np.float32), 'y': rng.standard_normal(n)})
+    df.loc[rng.random(n) < 0.999, 'x'] = np.nan
+    df.loc[rng.random(n) < 0.3, 'y'] = np.nan
+    parts = [p.compute() for p in dd.from_pandas(df, npartitions=4).partitions]
+    facts = {c: [_cont_facts(p[c].to_numpy(), np.ones(len(p), bool), np.arange(len(p)), sample, i)
+                 for i,p in enumerate(parts)] for c in df.columns}
+    for c,fs in facts.items():   # the counts are of all non-missing values, whatever the sample holds
+        assert [f['sample'][0] for f in fs] == [int(p[c].notna().sum()) for p in parts]
+        assert sum(f['nan_all'] for f in fs) == df[c].isna().sum()
+    if sample == 1: assert not any(len(f['sample'][1]) for f in facts['x'])   # the bracket of every value
+    samples = {c: tuple(f['sample'] for f in fs) for c,fs in facts.items()}
+    med = exact_median(parts, list(df.columns), dict(df.dtypes), samples=samples)
+    for c in df.columns: assert med[c] == df[c].median() and type(med[c]) is type(df[c].median()), c
