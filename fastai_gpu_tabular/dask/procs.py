@@ -226,8 +226,8 @@ def _normalize_setups(self, to):
         self.means, self.stds = normalize_stats(held)
         return self(to)
     dtypes = {c: trn.items[c].dtype for c in conts}
-    parts = trn.cols(conts).to_delayed() if conts else []
-    means, stds = exact_moments(parts, conts, dtypes, lens=trn.partition_rows()) if conts else ({}, {})
+    means, stds = ({}, {}) if not conts else exact_moments(trn.cols(conts).to_delayed(), conts, dtypes,
+                                                           lens=trn.partition_rows())
     # pandas adds 1e-7 to the std Series, in its common dtype
     plus = np.array([stds[c] for c in conts], dtype=mean_dtype(list(dtypes.values()))) + 1e-7
     self.means, self.stds = means, dict(zip(conts, plus))

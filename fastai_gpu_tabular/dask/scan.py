@@ -220,7 +220,7 @@ def scan_part(part, i:int, spec:ScanSpec) -> dict:
         if valid.any(): save('valid', valid)   # the training rows, for `CachedParts.training`
         cols = {c: _scan_column(part[c], train, at, save, j, c, spec, i) for j,c in enumerate(spec.columns)}
         index = _save_index(part.index, save, _part_file(spec.path, i, '.index.arrow'))
-    return dict(rows=(int(train.sum()), int(valid.sum())), index=index, arrays=save.at, cols=cols)
+    return dict(rows=(len(at), len(part) - len(at)), index=index, arrays=save.at, cols=cols)
 
 # --- the partitions' distinct values merged --------------------------------------------------------------------------
 def _sort_order(u:np.ndarray, name:str) -> np.ndarray:

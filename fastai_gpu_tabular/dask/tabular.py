@@ -120,8 +120,9 @@ def _pack_partition(part, procs, path, i, split, on, names:dict) -> _PackedPart:
     name, width = part_name(i), rows.shape[1]
     if split is None: return _PackedPart(layout, width, PackedChunks.write_rows(Path(path)/'train', name, rows), 0)
     v = col_to_tensor(valid_mask(part[split], on).astype('int8')).to(rows.device).bool()   # DLPack may lack bool
-    if rows.device.type == 'cpu':   # NumPy's `compress`: several times quicker than torch's row gathers on the CPU,
-        rows, v = rows.numpy(), v.numpy()   # twice a boolean index's (13 against 26 ms, 250k rows of 42 int32)
+    # on the CPU, NumPy's `compress`: several times quicker than torch's row gathers, twice a boolean index's
+    if rows.device.type == 'cpu':
+        rows, v = rows.numpy(), v.numpy()
         train, valid = (torch.from_numpy(np.compress(m, rows, axis=0)) for m in (~v, v))
     else: train, valid = rows[~v], rows[v]
     return _PackedPart(layout, width, PackedChunks.write_rows(Path(path)/'train', name, train),
