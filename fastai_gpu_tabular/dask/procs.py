@@ -116,9 +116,12 @@ def _encodes(self, to):
     to.items = replace_columns(to.items, out)
     # a HashedCross adds its crosses and leaves the columns it reads as they were: their scanned facts still hold
     kept = set(cols) if isinstance(self, HashedCross) else set()
-    held = _held(to, names['cont_names']) if names['cont_names'] and cols == names['cont_names'] else None
-    scan = to.scan.rewritten([c for c in meta.columns if c not in kept])
-    if held is not None:   # FillMissing, Normalize: the held training conts as the partitions will be, for the next
+    # FillMissing, Normalize: the held training conts encoded as the partitions will be, if a proc still to be set up
+    # learns from them (else they go, with the facts of the columns rewritten)
+    learners = tuple(p for p in to.scan.learners if p is not self)
+    held = _held(to, names['cont_names']) if learners and cols == names['cont_names'] else None
+    scan = dataclasses.replace(to.scan.rewritten([c for c in meta.columns if c not in kept]), learners=learners)
+    if held is not None:
         done = _apply(held, self, names)
         scan = dataclasses.replace(scan, train=scan.train.assign(**{c: done[c] for c in names['cont_names']}))
     if isinstance(self, FillMissing) and self.add_col:   # as the in-memory encodes names its `_na` columns
@@ -187,6 +190,11 @@ def _na_values(proc, to) -> dict:
         have = np.array([rows.sum() - f.nan_all, f.nan_all]) > 0
         res[n+'_na'] = ColumnValues(np.array([False, True])[have], train[have], False)
     return res
+
+def learns_from_conts(proc) -> bool:
+    "Whether `proc`'s setups learn statistics of the continuous columns' training values (Normalize, FillMissing's)."
+    return isinstance(proc, Normalize) or (isinstance(proc, FillMissing) and proc.fill_strategy not in
+                                           (FillStrategy.constant, 'constant'))
 
 def _held(to, names:list) -> pd.DataFrame|None:
     "The training rows' columns `names` where the scan holds them in memory (`DaskScan.train`), else None."

@@ -46,7 +46,7 @@ from ..progress import dask_progress
 from ..splits import column_split, valid_mask
 from ..stream import StreamDataLoader, byte_count, free_memory
 from .groupby import JoinGroupby, register_dask_groupby
-from .procs import register_dask_procs
+from .procs import learns_from_conts, register_dask_procs
 from .scan import (
     CachedColumn,
     CacheDir,
@@ -97,6 +97,7 @@ class DaskScan:
     conts: dict = dataclasses.field(default_factory=dict)  # {column: ContFacts}
     cache: CachedParts|None = None  # the partitions' columns as the scan cached them
     train: pd.DataFrame|None = None  # the training rows' continuous columns, as the procs so far left them
+    learners: tuple = ()  # the procs not yet set up that learn from `train` (once none, it goes)
 
     def rewritten(self, names) -> DaskScan:
         "These facts without those of columns `names`, which a proc has just rewritten."
@@ -349,20 +350,21 @@ class TabularDask(TabularGPU):
     def _hold_training_conts(self):
         """Put the training rows' continuous columns in `scan.train` if a proc learns statistics of them and they fit
         in `_TRAIN_CONTS_BYTES`: read from the scan's cache (the page cache), no pass over the partitions."""
-        stats = any(isinstance(p, Normalize) or (isinstance(p, FillMissing) and p.fill_strategy not in
-                                                 (FillStrategy.constant, 'constant')) for p in self.procs.fs)
+        stats = any(map(learns_from_conts, self.procs.fs))
         names, cache = [n for n in self.cont_names if n in self.scan.conts], self.scan.cache
         if not (stats and names and cache): return
         rows = int(self.scan.rows[0])
         size = rows * sum(np.dtype(cache.columns[n].dtype).itemsize for n in names)
-        if size <= _TRAIN_CONTS_BYTES: self.scan = dataclasses.replace(self.scan, train=cache.training(names, rows))
+        if size <= _TRAIN_CONTS_BYTES:
+            self.scan = dataclasses.replace(self.scan, train=cache.training(names, rows),
+                                            learners=tuple(filter(learns_from_conts, self.procs.fs)))
 
     def setup(self):
         with self._progress('setup'):
             self._before_procs(setup=True)
             self._hold_training_conts()
             self.procs.setup(self)
-            self.scan = dataclasses.replace(self.scan, train=None)   # its memory back before the write
+            self.scan = dataclasses.replace(self.scan, train=None, learners=())   # its memory back before the write
             self._write()
     def process(self):
         with self._progress('process'): self._before_procs(); self.procs(self); self._write()

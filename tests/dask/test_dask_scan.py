@@ -15,6 +15,7 @@ from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 from fastai.tabular.all import Categorify as FastaiCategorify
 from fastai.tabular.all import CategoryBlock, ColSplitter, FillMissing, FillStrategy, Normalize, TabularPandas
 from fastai_gpu_tabular.all import Categorify, HashBucket, HashedCross, JoinGroupby, TabularGPU, TargetEncode
+from fastai_gpu_tabular.dask import procs as dask_procs
 from fastai_gpu_tabular.dask import tabular as dask_tabular
 from fastai_gpu_tabular.datasets import criteo_names, criteo_parts, load_adult, load_movielens
 
@@ -126,6 +127,29 @@ def test_passes(criteo, count, case, held):
         TabularGPU(ddf, procs=procs(['C3', 'C20'], ['I1', 'I7']), cat_names=['C3', 'C9', 'C20'],
                    cont_names=['I1', 'I2', 'I7'], y_names=y, y_block=CategoryBlock(), splits='is_valid', progress=False)
     assert got == {'passes': 2 + (extra_held if held else extra), 'reads': CRITEO_PARTS}
+
+# the conts' procs, and those whose encodes the held training conts go through (fastai runs FillMissing first)
+HELD_ENCODES = {'median fill, normalize': (lambda: [FillMissing, Normalize], [FillMissing]),
+                'constant fill, normalize': (lambda: [FillMissing(FillStrategy.constant), Normalize], [FillMissing]),
+                'median fill': (lambda: [FillMissing], [])}
+
+@pytest.mark.parametrize('case', list(HELD_ENCODES))
+def test_held_conts_encoded_for_later_learners_only(criteo, count, monkeypatch, case):
+    """The held training conts go through a proc's encodes only while a proc still to be set up learns from them
+    (never the last one's): fastai's state, and no pass over the partitions for it."""
+    cats, conts, y = criteo_names()
+    procs, want = HELD_ENCODES[case]
+    seen, apply = [], dask_procs._apply
+    def spy(part, proc, names):
+        if len(part) > 6_000: seen.append(type(proc))   # longer than a partition: the held training rows
+        return apply(part, proc, names)
+    monkeypatch.setattr(dask_procs, '_apply', spy)
+    kw = dict(cat_names=list(cats), cont_names=list(conts), y_names=y, y_block=CategoryBlock())
+    with count() as got:
+        to = TabularGPU(dd.read_parquet(criteo), procs=[Categorify, *procs()], splits='is_valid', progress=False, **kw)
+    assert got['passes'] == 2 and seen == want
+    df = pd.read_parquet(criteo)
+    _same_state(to, TabularPandas(df, procs=[FastaiCategorify, *procs()], splits=ColSplitter('is_valid')(df), **kw))
 
 def test_new_frame_in_two_passes(criteo, count):
     "A later Dask frame through a set-up object: the scan and the write."
