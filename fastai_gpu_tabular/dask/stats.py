@@ -31,12 +31,11 @@ def replace_columns(items, out, names:list|None=None):
     in place of its own: those it has keep their place, the others go last, as `assign` would place them. One
     concatenation a partition: an `assign` of each column is a task a column, and its alignment check tokenizes both."""
     import dask.dataframe as dd
-    if names is not None and list(names) != list(out.columns): out = out[list(names)]
+    if names is not None: out = out[list(names)]   # (all of them: no selection, which is a task a partition)
     names = list(out.columns)
     order = list(items.columns) + [c for c in names if c not in items.columns]
     kept = items.drop(columns=[c for c in names if c in items.columns])
-    res = dd.concat([kept, out], axis=1, ignore_unknown_divisions=True)
-    return res if list(res.columns) == order else res[order]   # each a task a partition: none that does nothing
+    return dd.concat([kept, out], axis=1, ignore_unknown_divisions=True)[order]
 
 # --- numpy's pairwise summation ------------------------------------------------------------------------------------
 # numpy adds a contiguous run of n values as a tree: runs of up to 128 in 8 interleaved lanes, longer runs split at

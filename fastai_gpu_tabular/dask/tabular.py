@@ -350,14 +350,13 @@ class TabularDask(TabularGPU):
     def _hold_training_conts(self):
         """Put the training rows' continuous columns in `scan.train` if a proc learns statistics of them and they fit
         in `_TRAIN_CONTS_BYTES`: read from the scan's cache (the page cache), no pass over the partitions."""
-        stats = any(map(learns_from_conts, self.procs.fs))
+        learners = tuple(filter(learns_from_conts, self.procs.fs))
         names, cache = [n for n in self.cont_names if n in self.scan.conts], self.scan.cache
-        if not (stats and names and cache): return
+        if not (learners and names and cache): return
         rows = int(self.scan.rows[0])
         size = rows * sum(np.dtype(cache.columns[n].dtype).itemsize for n in names)
         if size <= _TRAIN_CONTS_BYTES:
-            self.scan = dataclasses.replace(self.scan, train=cache.training(names, rows),
-                                            learners=tuple(filter(learns_from_conts, self.procs.fs)))
+            self.scan = dataclasses.replace(self.scan, train=cache.training(names, rows), learners=learners)
 
     def setup(self):
         with self._progress('setup'):
