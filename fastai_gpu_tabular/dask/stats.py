@@ -31,7 +31,7 @@ def replace_columns(items, out, names:list|None=None):
     in place of its own: those it has keep their place, the others go last, as `assign` would place them. One
     concatenation a partition: an `assign` of each column is a task a column, and its alignment check tokenizes both."""
     import dask.dataframe as dd
-    if names is not None: out = out[list(names)]   # (all of them: no selection, which is a task a partition)
+    if names is not None: out = out[list(names)]   # all of `out` by default: no selection, which is a task a partition
     names = list(out.columns)
     order = list(items.columns) + [c for c in names if c not in items.columns]
     kept = items.drop(columns=[c for c in names if c in items.columns])
