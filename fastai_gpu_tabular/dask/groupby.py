@@ -16,6 +16,7 @@ from ..groupby import JoinGroupby
 from ..procs import register_proc
 from ..target import category_sums
 from .scan import ContFacts
+from .shipping import ship, unshipped
 from .stats import compute, delayed, exact_moments, replace_columns
 from .target import category_codes, training_values
 
@@ -69,14 +70,13 @@ def _groupby_setups(self, to):
         idx = pd.Index(vocab + [np.nan] * nan, name=n, tupleize_cols=False)
         self.groups[n] = pd.DataFrame({f'{n}_{x}_{s}': stats[(n, x)][s] for x in conts for s in self.stats}, index=idx)
 
-def _join_part(part, proc): return proc.joined(part)
+def _join_part(part, proc): return unshipped(proc).joined(part)
 
 def _groupby_encodes(self, to):
     "The groups' columns for every row, lazily, a partition at a time."
-    import dask
     if not self.groups: return to
     src = to.items[list(self.groups)]
-    out = src.map_partitions(_join_part, dask.delayed(self), meta=self.joined(src._meta))
+    out = src.map_partitions(_join_part, ship(self, to), meta=self.joined(src._meta))
     to.items = replace_columns(to.items, out, self.made_names)
     for c in self.made_names:
         if c not in to.cont_names: to.cont_names.append(c)

@@ -29,6 +29,7 @@ from ..procs import (
     vocab_values,
 )
 from .scan import ColumnValues
+from .shipping import ship, unshipped
 from .stats import compute, delayed, exact_median, exact_mode, exact_moments, mean_dtype, replace_columns
 
 __all__ = []
@@ -81,6 +82,7 @@ def _categorify_part(proc, n, col):
 
 def _apply(part, proc, names:dict):
     "`proc`'s in-memory encodes on one partition's columns, as on a `TabularGPU` of them."
+    proc = unshipped(proc)
     # a performance path for pandas: codes from each column's categories, with no Tabular (cuDF's are on the device)
     if isinstance(proc, fatc.Categorify) and not is_cudf(part):
         return pd.DataFrame({n: _categorify_part(proc, n, part[n]) for n in names['cat_names']}, index=part.index)
@@ -105,14 +107,13 @@ def _names_read(proc, to) -> dict:
     return names
 
 def _encodes(self, to):
-    """Encode lazily: the columns this proc reads go through its in-memory encodes a partition at a time (the proc is
-    one node of the graph, not one per task), and replace theirs in `items`."""
-    import dask
+    """Encode lazily: the columns this proc reads go through its in-memory encodes a partition at a time (the proc
+    shipped to the tasks: shipping.py), and replace theirs in `items`."""
     names = _names_read(self, to)
     cols = names['cat_names'] + names['cont_names'] + names['y_names']
     if not cols: return to
     meta = _apply(to.items[cols]._meta, self, names)   # the output's columns and dtypes, from an empty partition
-    out = to.items[cols].map_partitions(_apply, dask.delayed(self), names, meta=meta)
+    out = to.items[cols].map_partitions(_apply, ship(self, to), names, meta=meta)
     to.items = replace_columns(to.items, out)
     # a HashedCross adds its crosses and leaves the columns it reads as they were: their scanned facts still hold
     kept = set(cols) if isinstance(self, HashedCross) else set()

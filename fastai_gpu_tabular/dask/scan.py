@@ -40,6 +40,7 @@ from ..backend import (
 )
 from ..chunks import part_name
 from ..splits import valid_mask
+from .shipping import Shipped
 
 __all__ = []
 
@@ -297,16 +298,26 @@ class CachedColumn(NamedTuple):
     values: Any = None  # decoded columns (targets, the split) and lists: the merged values, as an object array
     known: bool = True  # a Categorical whose categories Dask knows (else, the merged values: too many to hash)
 
+class _ReaderSpec(NamedTuple):
+    columns: dict  # {name: CachedColumn}
+    index: list  # each partition's row index: ('range', start, stop, step), ('npy',) or ('arrow', dtype)
+    arrays: list  # each partition's {array: (offset, dtype, length)} in its file
+    index_name: Any
+    backend: str
+
 class CachedParts:
     """The cache as the partitions of a Dask frame (`dd.from_map` calls it with a partition's number and the columns
     it needs): numbers cast as fastai's `df_shrink` casts them, cat columns as Categoricals over the merged values,
     targets and the split column decoded to their own dtype, list columns as lists, on the frame's backend. Partition
     `i` is the file `part.{i}.bin` of the cache, its arrays where `arrays[i]` says, and its row index as `index[i]`."""
     def __init__(self, cache, columns:dict, index:list, arrays:list, index_name, backend:str):
-        self.cache, self.columns, self.index, self.arrays = cache, columns, index, arrays
-        self.index_name, self.backend = index_name, backend
-        self.token = uuid.uuid4().hex   # the cache is this object's alone: no need to hash its values
+        self.cache, self.token = cache, uuid.uuid4().hex   # the cache is this object's alone: no hash of its values
+        # what it reads, one file in the cache for all its tasks in other processes (shipping.py), not one pickle each
+        self.spec = Shipped(_ReaderSpec(columns, index, arrays, index_name, backend), cache.path)
 
+    def __getattr__(self, k):   # `columns`, `index`, ...: read where a task needs them first (not on the scheduler)
+        if k in _ReaderSpec._fields: return getattr(self.spec.obj, k)
+        raise AttributeError(k)
     def __dask_tokenize__(self): return self.token
 
     def _column(self, f, at:dict, j:int, c:CachedColumn):

@@ -58,6 +58,7 @@ from .scan import (
     save_remaps,
     scan_part,
 )
+from .shipping import ship, unshipped
 from .stats import compute, delayed
 from .target import TargetEncode, register_dask_target
 
@@ -115,7 +116,7 @@ class _PackedPart(NamedTuple):
 
 def _pack_partition(part, procs, path, i, split, on, names:dict) -> _PackedPart:
     "Pack a processed partition's rows (as `TabularGPU` does in memory) and write its train and valid rows as chunks."
-    t = TabularGPU(part.copy(deep=False), procs=procs, do_setup=False, reduce_memory=False, inplace=True,
+    t = TabularGPU(part.copy(deep=False), procs=unshipped(procs), do_setup=False, reduce_memory=False, inplace=True,
                    y_block=TransformBlock(), **names)   # no copy of the columns (see `procs._apply`)
     rows, layout = pack_rows(t)
     name, width = part_name(i), rows.shape[1]
@@ -373,12 +374,11 @@ class TabularDask(TabularGPU):
     # --- packing into chunks ----------------------------------------------------------------------------------------
     def _write(self):
         "Pack each processed partition and write its rows: `chunk_dir`/train and /valid, a file a partition."
-        import dask  # an optional dependency: imported when used
         for sub in ('train', 'valid'):
             d = self.chunk_dir/sub
             if d.exists(): shutil.rmtree(d)
             d.mkdir(parents=True)
-        procs = dask.delayed(self.procs)   # one copy in the graph, not one per task
+        procs = ship(self.procs, self)   # by reference to the procs its encodes shipped: one copy a process
         names = dict(cat_names=list(self.cat_names), cont_names=list(self.cont_names), multi_hot=self.multi_hot,
                      y_names=[n for n in self.y_names if n in self.items.columns])
         # not optimized: `items` is the procs over the scan's cache, every column of which is packed (the optimizer

@@ -22,6 +22,7 @@ from ..target import (
     m_smoothed,
 )
 from .scan import ContFacts
+from .shipping import ship, unshipped
 from .stats import compute, delayed, exact_moments, replace_columns
 
 __all__ = []
@@ -153,11 +154,12 @@ def _target_setups(self, to):
         # the training rows' folds, and each fold's encodings (fold, category, output)
         if folds is not None: self._oof[n] = (folds, np.stack([table(f, n) for f in range(self.folds)]))
 
-def _encode_part(part, proc): return proc.encoded(part)
+def _encode_part(part, proc): return unshipped(proc).encoded(part)
 
 def _encode_oof_part(part, proc, oof:dict):
     """A partition's encodings: the statistic of all training rows, and for the training rows (column `_ROW`: each
     one's position among them, -1 for the others) the encodings of their fold's other rows."""
+    proc, oof = unshipped(proc), unshipped(oof)
     res = proc.encoded(part)
     row = to_host(part[_ROW]).to_numpy()
     tr = row >= 0
@@ -175,7 +177,6 @@ def _encode_oof_part(part, proc, oof:dict):
 def _target_encodes(self, to):
     """The encodings of every row, lazily, a partition at a time: the statistic of all training rows, and out-of-fold
     values for the training rows of the Tabular being set up."""
-    import dask
     cols = list(self.encodings)
     if not cols: return to
     src = to.items[cols]
@@ -187,9 +188,9 @@ def _target_encodes(self, to):
         # each training row's position among them (a lazy cumulative sum), its fold's index; -1 for the others
         row = (train.astype('int64').cumsum() - 1).where(train, -1)
         # the folds and tables now, not `self._oof`, which `setup` clears before the graph runs
-        out = src.assign(**{_ROW: row}).map_partitions(_encode_oof_part, dask.delayed(self),
-                                                      dask.delayed(dict(self._oof)), meta=meta)
-    else: out = src.map_partitions(_encode_part, dask.delayed(self), meta=meta)
+        out = src.assign(**{_ROW: row}).map_partitions(_encode_oof_part, ship(self, to), ship(dict(self._oof), to),
+                                                      meta=meta)
+    else: out = src.map_partitions(_encode_part, ship(self, to), meta=meta)
     to.items = replace_columns(to.items, out, self.made_names)
     to.scan = to.scan.rewritten(self.made_names)
     # each row's values come from the tables (or are the target's mean): finite tables, no NaN for FillMissing to count
