@@ -26,7 +26,8 @@ def add_args(g):
     a('--scale-etls', type=name_list, default=list(ETLS),
       help=f'a subset of {",".join(ETLS)} (none: the loaders on chunks a run left)')
     a('--part-rows', type=int, default=250_000, help='rows per parquet part (one Dask partition each)')
-    a('--dask-scheduler', default='threads', help="threads, sync, processes, or a scheduler's address")
+    a('--dask-scheduler', default='threads', help="threads, sync, processes, local-cluster (distributed's "
+      "LocalCluster, a worker process a core, one thread each: their CPU counts), or a scheduler's address")
     a('--dask-strings', choices=['arrow', 'object'], default='arrow', help="the Dask frame's strings: Arrow's (Dask's "
       "default, `dataframe.convert-string`) or Python objects")
     a('--windows', type=int_list, default=[8, 32, 128],
@@ -68,6 +69,22 @@ class _Passes:
         self.callback.__exit__(*exc)
         self.engine.read_partition = classmethod(self.read)
 
+def _dask_client(sched):
+    "A distributed Client for `--dask-scheduler` (local-cluster, or an address), its workers ready; else None."
+    if sched != 'local-cluster' and ':' not in sched: return None
+    from distributed import Client, LocalCluster
+    if sched != 'local-cluster': return Client(sched)
+    client = Client(LocalCluster(n_workers=os.cpu_count(), threads_per_worker=1, dashboard_address=None))
+    client.run(lambda: __import__('fastai_gpu_tabular.dask.tabular'))   # its imports too, before the clock
+    return client
+
+def _cpu_s(client) -> float:
+    "CPU seconds of this process, and of its children (a local cluster's workers) when it has a client."
+    if client is None: return time.process_time()
+    import psutil
+    me = psutil.Process()
+    return sum(sum(p.cpu_times()[:2]) for p in [me, *me.children(recursive=True)])
+
 def etl_worker(name, data, out, opts):
     """Parquet parts to ready rows by ETL `name`; seconds (wall and this process's CPU, all its threads), peak RSS, the
     Dask ETL's passes and Parquet reads, and the learned state's digest into the JSON `out`."""
@@ -93,22 +110,24 @@ def etl_worker(name, data, out, opts):
                       y_names=y, y_block=CategoryBlock())
     rss,res = RSSMeter(), dict(status='ok', etl=name)
     res['baseline_rss_mb'] = round(rss.now(), 1)
-    if name == 'dask': shutil.rmtree(opts['chunk_dir'], ignore_errors=True)   # a last run's chunks: not this ETL's work
+    client = None
+    if name == 'dask':
+        shutil.rmtree(opts['chunk_dir'], ignore_errors=True)   # a last run's chunks: not this ETL's work
+        client = _dask_client(opts['dask_scheduler'])
     rss.reset()
-    t0,c0 = time.perf_counter(), time.process_time()
+    t0,c0 = time.perf_counter(), _cpu_s(client)
     if name == 'dask':
         sched = opts['dask_scheduler']
-        client = None
-        if ':' in sched:
-            from distributed import Client
-            client = Client(sched)
         strings = {'dataframe.convert-string': opts.get('dask_strings', 'arrow') == 'arrow'}
         with dask.config.set({**strings, **({} if client else {'scheduler': sched})}), _Passes() as count:
             ddf = dd.read_parquet(data)
             res['partitions'] = ddf.npartitions
             to = TabularGPU(ddf, splits='is_valid', chunk_dir=opts['chunk_dir'], progress=False, **kw())
-        res.update(build_s=round(time.perf_counter() - t0, 2), load_s=0., passes=count.passes,
-                   parquet_reads=count.reads, packed_mb=round(sum(c.nbytes for c in to.chunks) / MB, 1))
+        # a cluster's computes and reads are not this process's: neither is counted (nor its workers' memory)
+        if client: res['workers'] = len(client.scheduler_info()['workers'])
+        res.update(build_s=round(time.perf_counter() - t0, 2), load_s=0., passes=None if client else count.passes,
+                   parquet_reads=None if client else count.reads,
+                   packed_mb=round(sum(c.nbytes for c in to.chunks) / MB, 1))
     else:
         df = pd.read_parquet(data)
         res['load_s'] = round(time.perf_counter() - t0, 2)
@@ -120,7 +139,11 @@ def etl_worker(name, data, out, opts):
             rows = to.packed_rows()[0]
             res['packed_mb'] = round(rows.numel() * rows.element_size() / MB, 1)
         res['build_s'] = round(time.perf_counter() - t1, 2)
-    cpu = time.process_time() - c0
+    cpu = _cpu_s(client) - c0
+    if client is not None:
+        cluster = client.cluster   # ours to close for local-cluster (None for an address)
+        client.close()
+        if cluster is not None: cluster.close()
     res.update(total_s=round(time.perf_counter() - t0, 2), cpu_s=round(cpu, 2), rows_per_cpu_s=round(len(to) / cpu),
                peak_rss_mb=round(rss.peak(), 1), rows=len(to), n_train=len(to.train), state=_digest(to),
                loadavg=[round(x, 2) for x in os.getloadavg()])
