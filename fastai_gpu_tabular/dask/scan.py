@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-import uuid
 import weakref
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -311,13 +310,15 @@ class CachedParts:
     targets and the split column decoded to their own dtype, list columns as lists, on the frame's backend. Partition
     `i` is the file `part.{i}.bin` of the cache, its arrays where `arrays[i]` says, and its row index as `index[i]`."""
     def __init__(self, cache, columns:dict, index:list, arrays:list, index_name, backend:str):
-        self.cache, self.token = cache, uuid.uuid4().hex   # the cache is this object's alone: no hash of its values
+        self.cache = cache
         # what it reads, one file in the cache for all its tasks in other processes (shipping.py), not one pickle each
         self.spec = Shipped(_ReaderSpec(columns, index, arrays, index_name, backend), cache.path)
 
     def __getattr__(self, k):   # `columns`, `index`, ...: read where a task needs them first (not on the scheduler)
         if k in _ReaderSpec._fields: return getattr(self.spec.obj, k)
         raise AttributeError(k)
+    @property
+    def token(self) -> str: return self.spec.__dask_tokenize__()   # the spec's file, unique: no hash of the values
     def __dask_tokenize__(self): return self.token
 
     def _column(self, f, at:dict, j:int, c:CachedColumn):
