@@ -26,6 +26,8 @@ def add_args(g):
     a('--scale-etls', type=name_list, default=list(ETLS),
       help=f'a subset of {",".join(ETLS)} (none: the loaders on chunks a run left)')
     a('--part-rows', type=int, default=250_000, help='rows per parquet part (one Dask partition each)')
+    a('--scale-repeat', type=int, default=1, help='rounds of the ETLs, each running once a round in turn (so that '
+      "the machine's drift reaches all alike); each reports its median run, each ratio the median of its rounds'")
     a('--dask-scheduler', default='threads', help="threads, sync, processes, local-cluster (distributed's "
       "LocalCluster, a worker process a core, one thread each: their CPU counts), or a scheduler's address")
     a('--dask-strings', choices=['arrow', 'object'], default='arrow', help="the Dask frame's strings: Arrow's (Dask's "
@@ -296,22 +298,24 @@ def scale_suite(opts) -> dict:
         data = criteo_parts(work/f'criteo_{n}_s{opts.seed}', n, opts.seed, part_rows=opts.part_rows)
         r = res['sizes'][str(n)] = {'data': {'path': str(data), 'make_s': round(time.perf_counter() - t0, 1),
                                              'parts': len(list(data.glob('part.*.parquet')))}, 'etl': {}}
-        for name in opts.scale_etls:
-            smaller = [res['sizes'][str(m)]['etl'].get(name, {}) for m in sizes if m < n]
-            prev = next((e for e in reversed(smaller) if e.get('status') == 'ok'), None)
-            need = prev and prev['peak_rss_mb'] * n / prev['rows']
-            if name != 'dask' and need and avail and need > opts.max_ram_frac * avail:
-                r['etl'][name] = {'status': 'skipped', 'reason': f'would need ~{need / 1024:.0f} GB (its peak at '
-                                  f'{prev["rows"]:,} rows scaled), {avail / 1024:.0f} GB available'}
-                continue
-            print(f'[scale] {n:,} rows: {name} ETL', file=sys.stderr, flush=True)
-            r['etl'][name] = _spawn_etl(name, data, opts, work/f'chunks_{n}')
+        runs = {}
+        for rnd in range(max(opts.scale_repeat, 1)):
+            for name in opts.scale_etls:
+                if rnd and runs[name][-1].get('status') != 'ok': continue   # failed or skipped: once is enough
+                smaller = [res['sizes'][str(m)]['etl'].get(name, {}) for m in sizes if m < n]
+                prev = next((e for e in reversed(smaller) if e.get('status') == 'ok'), None)
+                need = prev and prev['peak_rss_mb'] * n / prev['rows']
+                if name != 'dask' and need and avail and need > opts.max_ram_frac * avail:
+                    runs[name] = [{'status': 'skipped', 'reason': f'would need ~{need / 1024:.0f} GB (its peak at '
+                                   f'{prev["rows"]:,} rows scaled), {avail / 1024:.0f} GB available'}]
+                    continue
+                print(f'[scale] {n:,} rows: {name} ETL' + (f', round {rnd + 1}' if opts.scale_repeat > 1 else ''),
+                      file=sys.stderr, flush=True)
+                runs.setdefault(name, []).append(_spawn_etl(name, data, opts, work/f'chunks_{n}'))
+        r['etl'] = {k: _median_run(v) for k,v in runs.items()}
         ok = {k: v for k,v in r['etl'].items() if v.get('status') == 'ok'}
         r['same_state'] = len({v['state'] for v in ok.values()}) == 1 if len(ok) > 1 else None
-        r['ratios'] = {f'{k}_vs_{ref}': {'total_speedup': ratio(ok[ref]['total_s'], ok[k]['total_s']),
-                                         'rows_per_cpu_s_ratio': ratio(ok[k]['rows_per_cpu_s'],
-                                                                       ok[ref]['rows_per_cpu_s']),
-                                         'peak_rss_ratio': ratio(ok[k]['peak_rss_mb'], ok[ref]['peak_rss_mb'])}
+        r['ratios'] = {f'{k}_vs_{ref}': _ratios(runs[k], runs[ref])
                        for ref in ('fastai', 'memory') if ref in ok for k in ('memory', 'dask') if k in ok and k != ref}
     n = sizes[0]
     if not opts.no_loader and (work/f'chunks_{n}'/'train'/'chunks.json').exists():
@@ -324,6 +328,26 @@ def scale_suite(opts) -> dict:
             res['shuffle'] = {'rows': len(train), **_shuffle(work/f'shuffle_{n}', train, valid, cards,
                                                              train.layout.conts.stop - train.layout.conts.start,
                                                              opts, device)}
+    return res
+
+def _median_run(runs:list) -> dict:
+    "An ETL's run of median CPU seconds (the lower of the middle two), with all its runs' figures, or its failure."
+    if any(r.get('status') != 'ok' for r in runs): return next(r for r in runs if r.get('status') != 'ok')
+    if len(runs) == 1: return runs[0]
+    keys = ('total_s', 'cpu_s', 'rows_per_cpu_s', 'peak_rss_mb', 'state')
+    return {**sorted(runs, key=lambda r: r['cpu_s'])[(len(runs) - 1) // 2],
+            'runs': [{k: r[k] for k in keys} for r in runs]}
+
+def _ratios(runs:list, refs:list) -> dict:
+    """An ETL against a reference: end-to-end speedup, rows per CPU-second and peak RSS ratios, each the median of the
+    rounds' (a round's two runs ran one after the other), with every round's rows per CPU-second ratio."""
+    import statistics
+    pairs = list(zip(runs, refs))
+    by = lambda key: [a[key] / b[key] for a,b in pairs]   # this ETL's figure over the reference's, a round each
+    rows = by('rows_per_cpu_s')
+    res = {'total_speedup': statistics.median(1 / x for x in by('total_s')),
+           'rows_per_cpu_s_ratio': statistics.median(rows), 'peak_rss_ratio': statistics.median(by('peak_rss_mb'))}
+    if len(pairs) > 1: res['rows_per_cpu_s_ratios'] = [round(x, 3) for x in rows]
     return res
 
 def _cards(*chunks) -> list:
@@ -351,9 +375,12 @@ def format_table(res) -> str:
                       'peak RSS MB', 'state digest'], rows))
     for n,r in res['sizes'].items():
         for k,v in r.get('ratios', {}).items():
+            rounds = v.get('rows_per_cpu_s_ratios')
             out.append(f"{int(n):,} rows, {k}: {fmt(v['total_speedup'], 'x')} faster end to end, "
                        f"{fmt(v.get('rows_per_cpu_s_ratio'), 'x')} the rows per CPU-second, peak RSS "
-                       f"{fmt(v['peak_rss_ratio'], 'x')}")
+                       f"{fmt(v['peak_rss_ratio'], 'x')}" +
+                       (f" (medians of {len(rounds)} rounds; rows per CPU-second by round: "
+                        f"{', '.join(fmt(x, 'x') for x in rounds)})" if rounds else ''))
     if 'loader' in res:
         rows = [[bs, f"{d['stream']['rows_per_s']:,.0f}", f"{d['resident']['rows_per_s']:,.0f}",
                  fmt(ratio(d['stream']['rows_per_s'], d['resident']['rows_per_s']), 'x'), f"{d['piece_rows']:,}"]
