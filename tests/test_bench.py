@@ -121,6 +121,21 @@ def test_ratios_skip_failed():
     assert r['gpu_pandas']['preprocess_speedup'] == 2. and r['gpu_pandas']['loader_speedup'] == {'8': 4.}
     assert r['gpu_pandas']['rss_increase_ratio'] is None   # too small an increase to divide by
 
+def test_scale_rounds():
+    "`--scale-repeat`: an ETL reports its median run by CPU seconds; a ratio pairs the rounds and takes their median."
+    from fastai_gpu_tabular.bench.scale import _median_run, _ratios
+    run = lambda cpu, total: {'status': 'ok', 'total_s': total, 'cpu_s': cpu, 'rows_per_cpu_s': 1000 / cpu,
+                              'peak_rss_mb': 10 * cpu, 'state': 'x', 'passes': 2}
+    dask, memory = [run(4., 3.), run(1., 2.), run(2., 1.)], [run(2., 1.), run(2., 4.), run(2., 1.)]
+    med = _median_run(dask)
+    assert med['cpu_s'] == 2. and med['passes'] == 2 and [r['cpu_s'] for r in med['runs']] == [4., 1., 2.]
+    assert _median_run(dask[:2])['cpu_s'] == 1.   # the lower of the middle two
+    r = _ratios(dask, memory)
+    assert r['rows_per_cpu_s_ratios'] == [0.5, 2., 1.] and r['rows_per_cpu_s_ratio'] == 1.
+    assert r['total_speedup'] == 1. and r['peak_rss_ratio'] == 1.
+    failed = {'status': 'failed', 'reason': 'boom'}
+    assert _median_run([dask[0], failed]) is failed and _median_run([dask[0]]) is dask[0]
+
 class _FakeDL:
     "A loader of `n` one-row batches."
     def __init__(self, n): self.n = n

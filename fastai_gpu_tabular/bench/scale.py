@@ -106,6 +106,11 @@ def etl_worker(name, data, out, opts):
     if name == 'dask':
         import dask
         import dask.dataframe as dd
+
+        from ..dask import tabular  # noqa: F401  (what `TabularGPU` imports for a Dask frame)
+        try:   # Dask's first compute imports it where it is installed (~0.3 CPU-s)
+            import distributed  # noqa: F401
+        except ImportError: pass
     if opts.get('threads'): torch.set_num_threads(opts['threads'])
     cats,conts,y = criteo_names()
     kw = lambda: dict(procs=[Categorify, FillMissing, Normalize], cat_names=list(cats), cont_names=list(conts),
