@@ -152,8 +152,9 @@ def _fill(out:torch.Tensor, to, names:list, what:str, widths:list[int]|None=None
                             "TabularGPU first (test_dl does unless process=False)")
         cols.append((a, col_to_tensor(col)))
     # on the host, a few MB of rows at a time, which stay in the cache while every column is written into them: a
-    # column at a time over all rows would bring each row's cache line in from memory once per column
-    step = len(out) if out.is_cuda else max(2**22 // (4 * out.stride(0)), 1)
+    # column at a time over all rows would bring each row's cache line in from memory once per column; on a device,
+    # one copy a column
+    step = len(out) if out.device.type != 'cpu' else max(2**22 // (4 * out.stride(0)), 1)
     for r in range(0, len(out), step):
         for a,t in cols: out[r:r + step, a] = t[r:r + step]
 

@@ -6,7 +6,12 @@ broken install cannot pass as skips.
 
 FGT_FAKE_DEVICE=lazy runs the suite with fastai's `default_device()` on a device that is not the CPU, as on a GPU
 machine (see tests/helpers/fake_device.py): a test that assumes the CPU, or mixes the CPU with the loaders' device,
-fails."""
+fails.
+
+FGT_FAKE_CUDF=26.10 (or 26.06) runs the `cudf` tier against a stand-in for cuDF and CuPy (tests/helpers/fake_cudf):
+stricter than pandas wherever cuDF is, and answering only to cuDF's API at that version. With FGT_FAKE_DEVICE=lazy
+too, the whole GPU path (a cuDF frame, its packed rows, batches on a device that is not the CPU) runs on a CPU. The
+tests named in `CUDF_STAND_IN_CANNOT` (a real kernel, RMM, device pointers) skip there, each saying why."""
 import importlib.util
 import os
 import pytest
@@ -20,18 +25,27 @@ REQUIRE = (set(TIERS) if os.environ.get('FGT_REQUIRE_GPU') == '1'
            else set(os.environ.get('FGT_REQUIRE', '').split(',')) - {''})
 if REQUIRE - set(TIERS): raise ValueError(f"FGT_REQUIRE names {sorted(REQUIRE - set(TIERS))}: the tiers are {TIERS}")
 FAKE_DEVICE = os.environ.get('FGT_FAKE_DEVICE')
+FAKE_CUDF = os.environ.get('FGT_FAKE_CUDF')
 # `--hypothesis-profile=ci` (.ci/run): the same examples every run, and no example database written into the checkout
 settings.register_profile('ci', derandomize=True, database=None)
 
 if FAKE_DEVICE:
     from helpers.fake_device import LAZY_CANNOT, use_fake_device
     use_fake_device(FAKE_DEVICE)
+if FAKE_CUDF:
+    from helpers.fake_cudf import CUDF_STAND_IN_CANNOT, install
+    install(FAKE_CUDF, device=FAKE_DEVICE or 'cpu')
 
 def pytest_collection_modifyitems(config, items):
     if FAKE_DEVICE:
         for it in items:
             why = LAZY_CANNOT.get(it.name) or LAZY_CANNOT.get(it.originalname)
             if why: it.add_marker(pytest.mark.skip(reason=f'FGT_FAKE_DEVICE=lazy cannot run it: {why}'))
+    if FAKE_CUDF:
+        for it in items:
+            why = 'cudf' in it.keywords and (CUDF_STAND_IN_CANNOT.get(it.name) or
+                                             CUDF_STAND_IN_CANNOT.get(it.originalname))
+            if why: it.add_marker(pytest.mark.skip(reason=f'FGT_FAKE_CUDF cannot run it: {why}'))
     for tier in TIERS:
         tier_items = [it for it in items if tier in it.keywords]
         # probe cuDF only when a cudf test was collected: importing it initialises CUDA
@@ -47,6 +61,7 @@ def pytest_collection_modifyitems(config, items):
 
 def _missing(tier):
     "Why the `tier` tests cannot run here, or None."
+    if tier == 'cudf' and FAKE_CUDF: return None   # the stand-in serves it, on the stand-in device
     if not torch.cuda.is_available():
         return f"needs a CUDA device and a CUDA build of torch (torch {torch.__version__})"
     if tier == 'cudf' and not cudf_available(): return f"needs cuDF: {cudf_reason()}"

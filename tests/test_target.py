@@ -33,6 +33,20 @@ def _reference(df, splits, names, y, smooth, cv, target_type='auto'):
 def _encoded(to, te) -> np.ndarray:
     return to_pandas(to.items[te.made_names]).to_numpy('f8')
 
+def _start_atol(y, smooth) -> float:
+    """How far CuPy's order of additions (atomic, none fixed) may move an m-smoothed encoding `(start + sum y) / (m +
+    count)` from scikit-learn's (start first, then each row), for targets `y` >= 0 that are multiples of 1/2 (0/1
+    classes, ratings) and start `m * mean`. Adding such a value to a partial sum is exact unless the sum's exponent
+    grows, which it does at most log2(S / start) + 1 times on the way to the total S, losing at most half an ulp of S
+    each time, in either order; the division rounds once more. So within (log2(S/start) + 1) ulp(S) / count + ulp of
+    the encoding (at most max y), with S at most start + sum(y) and count >= m. With m = 0 (no start) the sums are
+    exact."""
+    start = smooth * float(y.mean())
+    if not start: return 0.0
+    s = start + float(y.sum())
+    eps = np.finfo('f8').eps
+    return (np.log2(s / start) + 1) * np.spacing(s) / smooth + 2 * eps * float(y.max())
+
 @pytest.mark.parametrize('smooth', SMOOTHS)
 def test_binary_adult_is_sklearns(adult, smooth, backend, as_backend):
     "Income (binary) by education and occupation (NaN a category): StratifiedKFold folds, exactly scikit-learn's."
@@ -43,11 +57,13 @@ def test_binary_adult_is_sklearns(adult, smooth, backend, as_backend):
     assert te.target_type_ == 'binary' and list(te.target_classes) == list(ref.classes_)
     assert te.made_names == ['education_te', 'occupation_te'] and list(to.cont_names) == ['age', *te.made_names]
     got, n = _encoded(to, te), len(splits[0])
-    # on cuDF a binary target's sums and counts are integers, exact in any order of addition; 'auto' also sums squared
-    # deviations (n_c of them, and N for the variance), which CuPy adds in another order: each within 2 n u of the sum,
-    # which moves the weight lambda by at most lambda (1-lambda) 2 (N + n_c) u, and the value (in [0, 1]) by a quarter
-    # of that
-    atol = (0.5 * (n + n) + 4) * np.finfo('f8').eps if backend == 'cudf' and smooth == 'auto' else 0
+    # on cuDF a binary target's sums and counts are integers, exact in any order of addition but for the smoothed
+    # start (see `_start_atol`); 'auto' also sums squared deviations (n_c of them, and N for the variance), which CuPy
+    # adds in another order: each within 2 n u of the sum, which moves the weight lambda by at most
+    # lambda (1-lambda) 2 (N + n_c) u, and the value (in [0, 1]) by a quarter of that
+    atol = (0.5 * (n + n) + 4) * np.finfo('f8').eps if smooth == 'auto' else _start_atol(adult['income'].eq(
+        ref.classes_[1]).iloc[splits[0]], smooth)
+    if backend != 'cudf': atol = 0
     np.testing.assert_allclose(got[:n], oof, rtol=0, atol=atol)
     np.testing.assert_allclose(got[n:], val, rtol=0, atol=atol)
     assert te.target_mean == ref.target_mean_
@@ -70,8 +86,9 @@ def test_regression_movielens_is_sklearns(ratings, smooth, backend, as_backend):
     # the binary test, moving a value by at most a quarter of 2 (N + n_c) u times the ratings' range, plus the last
     # few roundings (4 u of the largest rating)
     y = ratings['rating']
-    atol = (0.5 * (n + n) * (y.max() - y.min()) + 4 * y.abs().max()) * np.finfo('f8').eps
-    if backend != 'cudf' or smooth != 'auto': atol = 0
+    atol = (0.5 * (n + n) * (y.max() - y.min()) + 4 * y.abs().max()) * np.finfo('f8').eps if smooth == 'auto' else \
+        _start_atol(y.iloc[splits[0]], smooth)
+    if backend != 'cudf': atol = 0
     np.testing.assert_allclose(got[:n], oof, rtol=0, atol=atol)
     np.testing.assert_allclose(got[n:], val, rtol=0, atol=atol)
     for i,c in enumerate(names):
