@@ -90,8 +90,17 @@ def shallow_copy(df:Frame) -> Frame:
     return df if is_cudf(df) else df.copy(deep=False)
 
 def read_csv(path:Any, backend:str|None=None, **kwargs) -> Frame:
-    "The csv at `path`, read by cuDF when `backend` is 'cudf', else by pandas."
-    return (require_cudf().read_csv if backend == 'cudf' else pd.read_csv)(path, **kwargs)
+    """The csv at `path`, read by cuDF when `backend` is 'cudf', else by pandas. libcudf stores `skipinitialspace` and
+    never reads it (cpp/include/cudf/io/csv.hpp:93,344 @26.10, rapidsai/cudf#6659; csv_gpu.cu:354 trims numbers
+    only): with it, cuDF's string columns are stripped here, and a field left empty is null, as pandas reads them."""
+    if backend != 'cudf': return pd.read_csv(path, **kwargs)
+    df = require_cudf().read_csv(path, **kwargs)
+    if not kwargs.get('skipinitialspace'): return df
+    for c in df.columns:
+        if is_str_dtype(df[c].dtype):
+            s = df[c].str.lstrip(' ')
+            df[c] = s.mask(s == '')
+    return df
 
 def is_cudf(o:Any) -> bool:
     "Whether `o` is a cuDF object; checks the type's module, so it never imports cuDF."
@@ -123,27 +132,78 @@ def backend_of(df:Frame|Column) -> str:
     raise _not_a_frame(df)
 
 def to_backend(df:Frame, backend:str|None=None) -> Frame:
-    "Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own. Anything but a frame is a TypeError."
+    """Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own. Anything but a frame is a TypeError. A
+    cuDF frame (moved or not) holds its values as pandas would (`pandas_holds`)."""
     own = backend_of(df)
-    if backend is None or backend == own: return df
-    if is_dask(df) and backend in ('cudf', 'pandas'): return df.to_backend(backend)   # dask-cudf for 'cudf'
+    if is_dask(df):
+        return df if backend is None or backend == own else df.to_backend(backend)   # dask-cudf for 'cudf'
+    if backend is None or backend == own: return pandas_holds(df) if own == 'cudf' and df.ndim == 2 else df
     if backend == 'cudf':
-        try: return require_cudf().from_pandas(df)
+        if df.ndim == 1: return to_backend(df.to_frame(), 'cudf')[df.name if df.name is not None else 0]
+        try: return pandas_holds(_from_pandas(df))
         except (TypeError, ValueError):   # cuDF's MixedTypeError (Arrow's errors) names no column: find it
-            for n,c in (df.items() if hasattr(df, 'columns') else [(df.name, df)]):
+            for n,c in df.items():
                 vals = c.dropna() if c.dtype == object else ()
-                if len({type(o) for o in vals}) > 1: raise mixed_types_error(n, vals) from None
+                if len({value_kind(o) for o in vals}) > 1: raise mixed_types_error(n, vals) from None
             raise
     if backend == 'pandas': return df.to_pandas()
     raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")
+
+def _nullable(dt) -> bool:
+    "pandas' nullable numbers and booleans (Int64, Float64, boolean, ...): masked dtypes, with a NumPy equivalent"
+    return isinstance(dt, pd.api.extensions.ExtensionDtype) and hasattr(dt, 'numpy_dtype') and dt.kind in 'biuf'
+
+def _from_pandas(df:pd.DataFrame):
+    """`cudf.from_pandas` of a pandas frame, its columns first given a form cuDF holds as the pandas path reads them:
+    pandas' nullable numbers and bools as NumPy's (float64 where they hold NA; cuDF would keep the pandas dtype,
+    column/column.py:3350-3368 @v26.06.01, and NumPy cannot promote it), every string dtype as objects (cuDF 26.06
+    joins a pandas StringDtype with nothing but itself: _join_helpers.py:96,133-136 @v26.06.01), an object column of
+    numbers as numbers (cuDF refuses it: column.py:3509-3518 @26.10), and one of bools as the category that fastai's
+    shrink makes of it (a cuDF bool column's vocabulary would hold NumPy bools; and under cudf.pandas'
+    `mode.pandas_compatible` `from_pandas` fails on object bools: column.py:3520-3526 @26.10)."""
+    ready = df.copy(deep=False)
+    for n,c in df.items():
+        dt = c.dtype
+        if _nullable(dt):
+            ready[n] = c.astype('float64' if dt.kind in 'iuf' else object) if c.isna().any() else \
+                c.astype(dt.numpy_dtype)
+            dt = ready[n].dtype
+        elif isinstance(dt, pd.StringDtype): ready[n] = c.astype(object).where(c.notna(), None)
+        if dt != object: continue
+        kind = pd.api.types.infer_dtype(ready[n], skipna=True)
+        if kind in ('integer', 'floating', 'mixed-integer-float'): ready[n] = pd.to_numeric(ready[n])
+        elif kind == 'boolean': ready[n] = ready[n].astype('category')
+    return require_cudf().from_pandas(ready)
+
+def pandas_holds(df:Frame) -> Frame:
+    """A cuDF frame whose int columns with missing values (what `cudf.read_csv`/`read_parquet` give, and dask-cudf's
+    partitions) are float64, as pandas holds them: fastai's shrink would make them int8/16 (cuDF's reductions skip
+    nulls), `fillna(37.5)` would then fail (numerical.py:1183-1209 @26.10), and a vocabulary would hold ints where
+    fastai's holds floats; pandas' nullable dtypes as NumPy's. The frame itself where nothing needs it (a shallow copy
+    otherwise)."""
+    casts = {c: 'float64' if df[c].has_nulls and df[c].dtype.kind in 'iuf' else df[c].dtype.numpy_dtype
+             for c in df.columns
+             if _nullable(df[c].dtype) or (isinstance(df[c].dtype, np.dtype) and df[c].dtype.kind in 'iu'
+                                           and df[c].has_nulls)}
+    if not casts: return df
+    df = df.copy(deep=False)
+    for c,t in casts.items(): df[c] = df[c].astype(t)
+    return df
 
 def to_pandas(o:Any) -> Any:
     "Host copy of a (small) cuDF object; pandas and NumPy pass through."
     return o.to_pandas() if is_cudf(o) else o
 
 def frame_device(df:Frame) -> torch.device:
-    "The device the frame's data lives on."
-    return torch.device('cuda', _cupy().cuda.runtime.getDevice()) if is_cudf(df) else torch.device('cpu')
+    """The device the frame's data lives on: for cuDF, where torch finds its first number column's values (a one-row
+    view through DLPack, as `col_to_tensor` reads them), not CuPy's current device, which may be another GPU's; the
+    current device for a frame with no rows or no such column."""
+    if not is_cudf(df): return torch.device('cpu')
+    for c in df.columns:
+        col = df[c]
+        if len(col) and getattr(col.dtype, 'kind', None) in ('i', 'u', 'f'):
+            return torch.from_dlpack(col.iloc[:1].to_cupy(na_value=0)).device
+    return torch.device('cuda', _cupy().cuda.runtime.getDevice())
 
 def arrow_strings(col:Column) -> Any:
     """The pyarrow array under a pandas column of Arrow strings (pandas 3's `str`, `string[pyarrow]`, an `ArrowDtype`
@@ -291,6 +351,14 @@ def _first_value(col):
 
 def _isnull(v): return v is None or (isinstance(v, float) and v != v) or v is pd.NA or v is pd.NaT
 
+def is_categorical(dtype:Any) -> bool:
+    "Whether `dtype` is a categorical's: pandas' or cuDF's (`cudf.CategoricalDtype` is not a `pd.CategoricalDtype`)."
+    return type(dtype).__name__ == 'CategoricalDtype'
+
+def host_dtype(dtype:Any) -> Any:
+    "`dtype` as pandas has it: cuDF's CategoricalDtype as pandas' (its categories on the host), others as they are."
+    return dtype.to_pandas() if is_categorical(dtype) and not isinstance(dtype, pd.CategoricalDtype) else dtype
+
 def is_list_dtype(col:Column) -> bool:
     "Whether a column holds lists (cuDF list dtype, or pandas object cells that are lists/arrays)."
     if is_cudf(col): return type(col.dtype).__name__ == 'ListDtype'
@@ -312,7 +380,7 @@ def column_kind(col:Column) -> str|None:
     """The `value_kind` a column holds, cheaply: from its dtype (a categorical's categories'), or from its first value
     for an object column; None for a column with no value, or of another dtype (lists, dates)."""
     dt = col.dtype
-    if type(dt).__name__ == 'CategoricalDtype':   # its first category says (one, not all: they may be millions)
+    if is_categorical(dt):   # its first category says (one, not all: they may be millions)
         return value_kind(to_host(dt.categories[:1])[0]) if len(dt.categories) else None
     if getattr(dt, 'kind', None) in ('b', 'i', 'u', 'f'): return 'number'   # NumPy's, cuDF's, pandas' nullable
     if isinstance(dt, pd.StringDtype) or (is_cudf(col) and is_str_dtype(dt)): return 'str'
@@ -346,7 +414,7 @@ def nan_as_null(df:Frame) -> dict:
 def as_numbers(col:Column) -> Column|None:
     """pandas' `to_numeric(col)` of a host column of numbers held as objects or strings (predict's `row.to_frame().T`
     is all object), raising as it does; None where no such coercion is made: a categorical column, or a cuDF one."""
-    if is_cudf(col) or type(col.dtype).__name__ == 'CategoricalDtype': return None
+    if is_cudf(col) or is_categorical(col.dtype): return None
     return pd.to_numeric(col)
 
 def factorize(col:Column) -> tuple:
@@ -374,12 +442,20 @@ def sorted_uniques(col:Column) -> list:
     """Sorted distinct non-null values of `col` as a host list of NumPy scalars or Python objects, as fastai's
     `L.sorted()`."""
     # `drop_duplicates`, not `unique`: under cudf.pandas' compatible mode cuDF's `unique()` is a CuPy array
-    if is_cudf(col): return list(to_host(col.dropna().drop_duplicates().sort_values()).to_numpy())
+    if is_cudf(col):
+        # a categorical sorts by its codes on cuDF (column.py:2234-2251 @v26.06.01), by value in pandas
+        if is_categorical(col.dtype): col = col.astype(col.dtype.categories.dtype)
+        vals = to_host(col.dropna().drop_duplicates().sort_values()).to_numpy()
+        return [bool(v) for v in vals] if holds_py_bools(col) else list(vals)   # pandas holds those as Python bools
     u = np.asarray(col.unique())   # then drop the missing ones: cheaper than `dropna` on every row of an object column
     u = u[~pd.isna(u)]
     if u.dtype != object: return list(np.sort(u))
     try: return sorted(u)
     except TypeError: raise mixed_types_error(col.name, u) from None
+
+def py_values(values:list) -> list:
+    "`values` as Python objects (NumPy scalars as theirs): the elements of pandas' lists are, where cuDF's are typed."
+    return [v.item() if isinstance(v, np.generic) else v for v in values]
 
 def holds_py_bools(col:Column) -> bool:
     """A cuDF bool column with nulls: pandas holds those values as an object column of Python bools (what cuDF's own
@@ -427,14 +503,42 @@ def encode_codes(col:Column, vocab:list|pd.Index, add:int=1) -> Column:
     cu = is_cudf(col)
     if cu: cats = require_cudf().from_pandas(cats)
     xp = array_module(col)
-    if type(col.dtype).__name__ == 'CategoricalDtype':
+    lookup = _device_indexer if cu else lambda cats, needle: cats.get_indexer(needle)
+    if is_categorical(col.dtype):
         old = col.cat.codes.astype('int64').fillna(-1).values if cu else col.cat.codes.to_numpy()
         # the categories of the frame the vocabulary came from are the vocabulary: its codes, with no lookup
         if not cu and col.cat.categories.equals(cats): codes = old
-        else: codes = xp.append(cats.get_indexer(col.cat.categories), -1)[old]   # a missing value, -1, reads the last
-    else: codes = cats.get_indexer(col)
+        else: codes = xp.append(lookup(cats, col.cat.categories), -1)[old]   # a missing value, -1, reads the last
+    else: codes = lookup(cats, col)
     dt = codes_dtype(len(cats))
     return series_like(col, (codes + add).astype(dt), col.name)
+
+def _device_indexer(cats, needle):
+    """`cats.get_indexer(needle)` on cuDF (a device array, -1 where not found), with pandas' answer where cuDF's join
+    casts the keys otherwise: a string and a number never match (cuDF casts both to float64, so '5' finds 5:
+    join/_join_helpers.py:133-136 @v26.06.01, :153 @26.10), and strings of two string dtypes do (cuDF 26.06 casts a
+    pandas StringDtype against object to float64 too, which fails, and then finds nothing: _join_helpers.py:96)."""
+    strs = is_str_dtype(cats.dtype), is_str_dtype(needle.dtype)
+    if strs[0] != strs[1]: return _cupy().full(len(needle), -1, dtype=np.int64)
+    if strs[0] and cats.dtype != needle.dtype: cats = cats.astype(needle.dtype)
+    return cats.get_indexer(needle)
+
+def _counts_by_first_row(col:Column) -> Frame:
+    """The counts `n` of `col`'s non-missing values (the index), in order of their first row, counted on `col`'s own
+    device: the pattern of cuDF 26.10's own `value_counts` (series.py:3341-3364 @26.10); 26.06's
+    `value_counts(sort=False)` counts in hash order (series.py:3205, indexed_frame.py:5646 @v26.06.01)."""
+    xp = array_module(col)
+    frame = col.rename('v').reset_index(drop=True).to_frame()
+    frame['p'] = xp.arange(len(col))
+    g = frame.groupby('v', dropna=True, sort=False).agg({'p': ['count', 'min']})
+    g.columns = ['n', 'first']
+    return g.sort_values('first')
+
+def counts_in_order(col:Column) -> pd.Series:
+    """pandas' `col.dropna().value_counts(sort=False)` as a host Series: counts in order of first appearance (its hash
+    table's order), on cuDF too."""
+    if not is_cudf(col): return col.dropna().value_counts(sort=False)
+    return to_host(_counts_by_first_row(col)['n']).rename_axis(None).rename('count')
 
 def mode_value(col:Column) -> Any:
     """fastai's `FillStrategy.mode` (`col.dropna().value_counts().idxmax()`) by counting on `col`'s own backend, for
@@ -442,13 +546,8 @@ def mode_value(col:Column) -> Any:
     the counts in order of first appearance and sorts them: stably from pandas 3 (the first value to appear wins a tie),
     with NumPy's quicksort before, whose order among ties depends on all the counts. So a tie is settled by that same
     sort of those same counts, on the host (only then do the counts leave the device). None if `col` is all missing."""
-    xp = array_module(col)
-    frame = col.rename('v').reset_index(drop=True).to_frame()
-    frame['p'] = xp.arange(len(col))
-    g = frame.groupby('v', dropna=True, sort=False).agg({'p': ['count', 'min']})
+    g = _counts_by_first_row(col)
     if len(g) == 0: return None
-    g.columns = ['n', 'first']
-    g = g.sort_values('first')
     top = g['n'] == g['n'].max()
     if int(top.sum()) > 1 and int(pd.__version__.split('.')[0]) < 3:
         i = pd.Series(to_host(g['n']).to_numpy()).sort_values(ascending=False).index[0]
@@ -487,8 +586,10 @@ def column_op(col:Column, op:Any, v:Any, dt:np.dtype) -> Column:
     t = np.result_type(col.dtype, dt)
     return op(col if col.dtype == t else col.astype(t), t.type(dt.type(v)))
 
-def take_values(vocab:list, codes:pd.Series) -> pd.Series:
-    "The values of `vocab` at integer `codes` (a pandas Series; float codes from a decoded batch are fine)."
+def take_values(vocab:list, codes:Column) -> pd.Series:
+    """The values of `vocab` at integer `codes` (float codes from a decoded batch are fine), as a host Series: a cuDF
+    column (and its index) is brought to the host first, as pandas cannot build an Index from a cuDF one."""
+    codes = to_host(codes)
     return pd.Series(np.asarray(vocab, dtype=object)[codes.to_numpy().astype(np.int64)], index=codes.index,
                      name=codes.name)
 

@@ -23,9 +23,11 @@ from .backend import (
     holds_py_bools,
     is_cudf,
     normalize_stats,
+    py_values,
     sorted_uniques,
     take_values,
     to_host,
+    to_pandas,
 )
 from .checks import check_fill_value, check_kind, check_labels, fill_nan_check, guard_setups
 from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
@@ -196,6 +198,7 @@ def _categorify_setups(self, to):
         values = freq_values(col, mf, mv) if cut else _cat_values(col)
         # pandas holds a bool column with missing values as Python objects: fastai's vocab has `bool`, not `np.bool_`
         if n not in to.multi_hot and holds_py_bools(to.full_items[n]): values = [bool(v) for v in values]
+        if n in to.multi_hot and is_cudf(col): values = py_values(values)   # pandas' lists hold Python objects
         # a pandas categorical's categories are its vocab, as an Index at hand: encoding finds them equal, no lookup
         # (a performance path for pandas: a cuDF column's categories are on the device)
         same = not cut and not is_cudf(col) and type(col.dtype).__name__ == 'CategoricalDtype'
@@ -207,7 +210,13 @@ def _categorify_encodes(self, to):
     for n in to.cat_names:
         if n not in to.multi_hot: to.set_col(n, categorify_codes(self, n, to.items[n]))
 
+def _on_host(to):
+    """Decoding, a proc at a time as fastai's notebooks call it (`to.procs.categorify.decode(to)`), runs on the host:
+    a column of `#na#` among numbers has no cuDF dtype, and decoded values are for display."""
+    if is_cudf(to.items): to.items = to_pandas(to.items)
+
 def _categorify_decodes(self, to):
+    _on_host(to)
     for n in to.cat_names:
         if n not in to.multi_hot: to.set_col(n, take_values(self.classes[n].items, to.items[n]))
 
@@ -276,6 +285,7 @@ def _categorize_encodes(self, to):
     return to
 
 def _categorize_decodes(self, to):
+    _on_host(to)
     for n in to.y_names:
         if n in to.items.columns: to.set_col(n, take_values(self.vocab.items, to.items[n]))
     return to

@@ -6,6 +6,7 @@ import pickle
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +14,7 @@ import torch
 from fastai.tabular.all import (
     Categorify,
     ClassificationInterpretation,
+    ColSplitter,
     CrossEntropyLossFlat,
     FillMissing,
     FillStrategy,
@@ -21,20 +23,27 @@ from fastai.tabular.all import (
     TabularDataLoaders,
     TabularModel,
     TabularPandas,
+    default_device,
     get_emb_sz,
     load_learner,
     range_of,
     set_seed,
     tabular_learner,
 )
-from helpers.parity import assert_same_processing, build_both
+from helpers.parity import assert_same_processing, build_both, cont_atol
 import fastai_gpu_tabular.core as fgc
 import fastai_gpu_tabular.procs as fgp
 from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, Lamb, TabularGPU
 from fastai_gpu_tabular.backend import (
+    backend_of,
     codes_dtype,
+    col_to_tensor,
     encode_codes,
+    frame_device,
+    is_cudf,
     mode_value,
+    read_csv,
+    require_cudf,
     sorted_uniques,
     split_lists,
     to_backend,
@@ -319,10 +328,11 @@ def test_construction_moves_only_learned_state_to_host(monkeypatch):
     (`to_pandas`, `to_arrow`, `to_numpy`, `values_host` of a DataFrame, Series or Index of any kind, `cupy.asnumpy`) is
     learned state, no longer than the largest vocabulary; and the torch-side syncs (`set_sync_debug_mode('warn')`) are
     as many for 40,000 rows as for 20,000: none per row, or chunk. (cuDF's own syncs are not torch's: the first check
-    is what covers them.)"""
+    is what covers them; under the cuDF stand-in, which has no CUDA, only the first check runs.)"""
     import inspect
     import cudf
     import cupy
+    cuda = torch.cuda.is_available()
     moved = []
     def watch(cls, name):
         orig = inspect.getattr_static(cls, name)
@@ -346,12 +356,13 @@ def test_construction_moves_only_learned_state_to_host(monkeypatch):
         moved.clear()
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter('always')
-            torch.cuda.set_sync_debug_mode('warn')
+            if cuda: torch.cuda.set_sync_debug_mode('warn')
             try:
                 to = TabularGPU(gdf, procs=PROCS, cat_names=CATS, cont_names=CONTS, y_names='jfk',
                                 splits=rows_of_split(n))
-                to.dataloaders(bs=1024, device='cuda')
-            finally: torch.cuda.set_sync_debug_mode(0)
+                to.dataloaders(bs=1024, device='cuda' if cuda else default_device())
+            finally:
+                if cuda: torch.cuda.set_sync_debug_mode(0)
         syncs[n] = sum('synchroniz' in str(x.message) for x in w)
         assert moved and max(moved) <= max(len(v) for v in to.classes.values()) < n // 4
     assert syncs[20_000] == syncs[40_000]
@@ -490,3 +501,175 @@ def test_fastai_paths_after_release(backend, tmp_path, monkeypatch):
     for k in ('losses', 'idx', 'preds', 'test', 'predict', 'inps', 'decoded'):
         torch.testing.assert_close(got[k], ref[k])
     torch.testing.assert_close(got['loaded'], got['predict'].cpu())
+
+# --- the second source review: what cuDF refuses, or gives otherwise than pandas -----------------------------------
+# Each test runs on pandas and on cuDF (the stand-in, FGT_FAKE_CUDF, where no GPU is): the pandas path, which the parity
+# tests hold to fastai's, is the reference, or fastai itself. Each was red on cuDF before its fix.
+def test_int_columns_with_nulls_read_as_pandas_reads_them(backend, tmp_path):
+    """Flights' delays and times written as integers with empty fields: `cudf.read_csv` makes them int columns with
+    nulls (pandas: float64 and NaN), which fastai's shrink would cast to int16 and FillMissing's fill of 37.5 then fail
+    on, and whose vocabulary (as a cat) would hold ints. Reference: fastai's `from_csv` on the same file."""
+    df = flights(8000)[['carrier', 'dep_time', 'dep_delay', 'arr_delay', 'distance', 'jfk']]
+    assert df.dep_delay.isna().any() and df.dep_time.isna().any()
+    path = tmp_path/'flights.csv'
+    df.to_csv(path, index=False, float_format='%.0f')   # the floats are whole numbers: written as integers
+    raw = read_csv(path, backend=backend)
+    if backend == 'cudf': assert raw['dep_delay'].dtype.kind == 'i' and raw['dep_delay'].has_nulls
+    fill = lambda: FillMissing(fill_strategy=FillStrategy.constant, fill_vals={'dep_delay': 37.5, 'arr_delay': 37.5})
+    kw = dict(cat_names=['carrier', 'dep_time'], cont_names=['dep_delay', 'arr_delay', 'distance'], y_names='jfk',
+              valid_idx=list(range(6000, 8000)), bs=256)
+    ref = TabularDataLoaders.from_csv(path, procs=[Categorify, fill(), Normalize], **kw)
+    ours = BatchDataLoaders.from_csv(path, backend=backend, procs=[Categorify, fill(), Normalize], **kw)
+    ref, ours = ref.train_ds, ours.train_ds
+    assert float(ours.na_dict['dep_delay']) == 37.5 and list(ours.na_dict) == list(ref.na_dict)
+    for n in ref.cat_names:
+        assert list(ours.classes[n]) == list(ref.classes[n]), n
+        assert [type(v) for v in ours.classes[n]] == [type(v) for v in ref.classes[n]], n
+    for n in ref.cont_names:
+        assert ours.means[n] == pytest.approx(ref.means[n], rel=1e-6) and type(ours.means[n]) == type(ref.means[n]), n
+
+@pytest.mark.parametrize('kinds', ['ints', 'ints_and_floats', 'ints_and_none'])
+def test_object_columns_of_numbers(kinds, backend):
+    """An object column holding only numbers (ints; ints and floats; ints and None), as a cat and as a cont: cuDF
+    refuses such a column, with an error naming none; the pandas path reads the numbers. Both give the same codes,
+    vocabulary values and stats."""
+    df = load_adult().iloc[:4000].reset_index(drop=True)
+    vals = df['educational-num'].astype(object)
+    if kinds == 'ints_and_floats': vals[::7] = vals[::7] + 0.5
+    if kinds == 'ints_and_none': vals[::9] = None
+    df['num_cat'], df['num_cont'] = vals, vals.copy()
+    kw = dict(procs=PROCS, cat_names=['workclass', 'num_cat'], cont_names=['age', 'num_cont'], y_names='income',
+              splits=rows_of_split(len(df)))
+    ref, ours = TabularGPU(df, **kw), TabularGPU(df, backend=backend, **kw)
+    assert df['num_cat'].dtype == object   # the caller's frame is left alone
+    # the vocabulary's values are numbers on both (on cuDF NumPy's: an object column is the pandas path's alone)
+    for n in ref.cat_names: assert list(ours.classes[n]) == list(ref.classes[n]), n
+    ia, ib = to_pandas(ours.items), to_pandas(ref.items)
+    for n in ref.cat_names: np.testing.assert_array_equal(ia[n].to_numpy(), ib[n].to_numpy(), err_msg=n)
+    for n in ref.cont_names:
+        np.testing.assert_allclose(ia[n].to_numpy(), ib[n].to_numpy(), rtol=1e-6,
+                                   atol=cont_atol(ref, exact=backend == 'pandas'), err_msg=n)
+    assert ours.na_dict == ref.na_dict and ours.means == pytest.approx(ref.means, rel=1e-6)
+
+@pytest.mark.cudf
+def test_object_bools_under_cudf_pandas_compatible_mode():
+    """cudf.pandas sets `mode.pandas_compatible`, where `cudf.from_pandas` of an object column of bools with missing
+    values fails (it reads `dtype.kind` of a dtype it has not got: an AttributeError). The frame still moves to cuDF, as
+    the pandas frame it is: fastai's vocabulary of Python bools."""
+    import cudf
+    df = flights(8000)
+    df['late'] = pd.Series(list(df.arr_delay > 15), dtype=object).where(df.arr_delay.notna())   # with NaN
+    df['long'] = pd.Series(list(df.distance > 1000), dtype=object)   # without (cuDF: the AttributeError)
+    kw = dict(procs=PROCS, cat_names=['carrier', 'late', 'long'], cont_names=['distance'], y_names='jfk',
+              splits=rows_of_split(len(df)))
+    ref = TabularGPU(df, **kw)
+    with cudf.option_context('mode.pandas_compatible', True): ours = TabularGPU(df, backend='cudf', **kw)
+    assert_same_processing(ref, ours, exact=False)
+    assert [type(v) for v in ours.classes['late'][1:]] == [bool, bool]
+
+def test_pandas_nullable_dtypes(backend):
+    """Conts in pandas' nullable Float64 and Int64 (with NA), a cat in its `boolean`: cuDF keeps those dtypes, and
+    Normalize's NumPy promotion cannot take them. The same state and values as on pandas."""
+    df = load_adult().iloc[:4000].reset_index(drop=True)
+    df['age'] = df['age'].astype('Float64').mask(df.index % 11 == 0)
+    df['fnlwgt'] = df['fnlwgt'].astype('Int64')
+    df['long'] = (df['hours-per-week'] > 40).astype('boolean').mask(df.index % 13 == 0)
+    kw = dict(procs=PROCS, cat_names=['workclass', 'long'], cont_names=['age', 'fnlwgt', 'hours-per-week'],
+              y_names='income', splits=rows_of_split(len(df)))
+    ref, ours = TabularGPU(df, **kw), TabularGPU(df, backend=backend, **kw)
+    assert list(ours.classes['long']) == list(ref.classes['long']) == ['#na#', False, True]
+    assert ours.na_dict == ref.na_dict and ours.means == pytest.approx(ref.means, rel=1e-6)
+    ia, ib = to_pandas(ours.items), to_pandas(ref.items)
+    for n in ref.cat_names: np.testing.assert_array_equal(ia[n].to_numpy(), ib[n].to_numpy(), err_msg=n)
+    for n in ref.cont_names:
+        np.testing.assert_allclose(ia[n].to_numpy(dtype='f8'), ib[n].to_numpy(dtype='f8'), rtol=1e-6,
+                                   atol=cont_atol(ref, exact=backend == 'pandas'), err_msg=n)
+
+@pytest.mark.parametrize('direct', [False, True])
+def test_string_dtype_against_an_object_vocabulary(direct, backend):
+    """A cat column of pandas' `string` dtype (`string[pyarrow]`), later frames as objects: cuDF 26.06 joins a pandas
+    StringDtype with nothing but itself, so every value would become `#na#` without a word. `direct`: the cuDF frame
+    made by `cudf.from_pandas` itself (which keeps the dtype), not by `backend=`."""
+    if direct and backend != 'cudf': pytest.skip('cudf.from_pandas is the cuDF case')
+    df = flights(6000)
+    df['carrier'] = df['carrier'].astype('string[pyarrow]')
+    kw = dict(procs=PROCS, cat_names=['carrier', 'origin'], cont_names=['distance'], y_names='jfk',
+              splits=rows_of_split(len(df)))
+    ref = TabularGPU(df, **kw)
+    ours = TabularGPU(require_cudf().from_pandas(df) if direct else df, backend=backend, **kw)
+    assert_same_processing(ref, ours, exact=backend == 'pandas')
+    later = df.astype({'carrier': object}).iloc[:500]
+    a, b = ref.new(later), ours.new(to_backend(later, backend))
+    a.process(); b.process()
+    np.testing.assert_array_equal(to_pandas(b.items)['carrier'].to_numpy(), a.items['carrier'].to_numpy())
+    assert (a.items['carrier'] > 0).all()
+
+def test_digit_strings_against_a_numeric_vocabulary(backend):
+    """A later frame whose hour column holds strings ('5') where training had numbers: none is in the vocabulary, so
+    each becomes `#na#` with the warning that says why (cuDF's join casts both sides to float64, so '5' found 5)."""
+    df = flights(6000)
+    kw = dict(procs=PROCS, cat_names=['carrier', 'hour'], cont_names=['distance'], y_names='jfk',
+              splits=rows_of_split(len(df)))
+    ours = TabularGPU(df, backend=backend, **kw)
+    later = df.iloc[:300].astype({'hour': str})
+    t = ours.new(to_backend(later, backend))
+    with pytest.warns(UserWarning, match="'hour'"): t.process()
+    assert (to_pandas(t.items)['hour'] == 0).all()
+
+def test_float_split_column_with_nan(backend):
+    """A float split column with NaN: fastai's `ColSplitter` casts its values to bool, NaN to True (validation). On
+    cuDF NaN is null, which a cast would keep (read as training)."""
+    df = load_adult().iloc[:3000].reset_index(drop=True)
+    df['is_valid'] = np.where(df.index % 5 == 0, 1.0, 0.0)
+    df.loc[df.index % 7 == 0, 'is_valid'] = np.nan
+    kw = dict(procs=PROCS, cat_names=['workclass'], cont_names=['age'], y_names='income')
+    ref = TabularPandas(df, splits=ColSplitter('is_valid')(df), **kw)
+    ours = TabularGPU(df, splits='is_valid', backend=backend, **kw)
+    assert len(ours.valid) == len(ref.valid) and list(to_pandas(ours.valid.items.index)) == list(ref.valid.items.index)
+
+def test_target_encode_of_a_categorical_target_with_unsorted_categories(backend):
+    """TargetEncode's classes are the target's sorted values: a user's categorical whose categories are not sorted
+    (['>50K', '<=50K']) sorts by its codes on cuDF, which would swap a binary target's class 1 (every encoding the
+    other class's mean)."""
+    from fastai_gpu_tabular.all import TargetEncode
+    df = load_adult().iloc[:5000].reset_index(drop=True)
+    df['income'] = df['income'].astype(pd.CategoricalDtype(['>50K', '<=50K']))
+    kw = dict(cat_names=['education'], cont_names=['age'], y_names='income', splits=rows_of_split(len(df)))
+    tes = TargetEncode(['education'], smooth=0.0, folds=0), TargetEncode(['education'], smooth=0.0, folds=0)
+    ref, ours = TabularGPU(df, procs=[tes[0]], **kw), TabularGPU(df, procs=[tes[1]], backend=backend, **kw)
+    assert list(tes[1].target_classes) == list(tes[0].target_classes) == ['<=50K', '>50K']
+    np.testing.assert_array_equal(to_pandas(ours.items)['education_te'].to_numpy(),
+                                  ref.items['education_te'].to_numpy())
+
+def test_vocabulary_value_types(backend):
+    """The vocabulary's values have the types the pandas path gives (and a saved Tabular records): Python ints for a
+    multi-hot column of int lists (pandas' lists hold Python objects; cuDF's typed values), Python bools for
+    TargetEncode's categories of bools with missing values."""
+    from fastai_gpu_tabular.all import TargetEncode
+    df = load_movielens().iloc[:3000].reset_index(drop=True)
+    df['tags'] = [[int(m) % 17, int(u) % 5] for m,u in zip(df.movieId, df.userId)]
+    df['liked'] = pd.Series(list(df.rating > 3.5), dtype=object).where(df.index % 6 != 0)
+    kw = dict(cat_names=['tags', 'liked'], cont_names=['year'], y_names='rating', splits=rows_of_split(len(df)),
+              reduce_memory=False)
+    procs = lambda: [TargetEncode(['liked'], smooth=0.0, folds=0), Categorify, FillMissing, Normalize]
+    ref, ours = TabularGPU(df, procs=procs(), **kw), TabularGPU(df, procs=procs(), backend=backend, **kw)
+    for n in ('tags', 'liked'):
+        assert [type(v) for v in ours.classes[n]] == [type(v) for v in ref.classes[n]], n
+    te = lambda to: next(p for p in to.procs.fs if isinstance(p, TargetEncode))
+    assert [type(v) for v in te(ours).encodings['liked'].index] == [type(v) for v in te(ref).encodings['liked'].index]
+
+def test_frame_device_is_where_its_columns_go(backend):
+    "`frame_device`: the device a frame's columns reach torch on (cuDF: their buffers', not CuPy's current device)."
+    gdf = to_backend(load_adult().iloc[:100], backend)
+    assert frame_device(gdf) == col_to_tensor(gdf['age']).device
+
+def test_cudf_pandas_proxies_take_the_pandas_path():
+    """Under `python -m cudf.pandas` a frame is a proxy whose type carries pandas' module name (cuDF's
+    `make_final_proxy_type(..., module=slow_type.__module__)`, cudf/pandas/_wrappers/pandas.py:81-90 @26.10): it is
+    taken as pandas (the GPU is used only through the proxy's own fallbacks), as the README says."""
+    class Proxy(pd.DataFrame): pass
+    Proxy.__module__ = 'pandas.core.frame'
+    df = load_adult().iloc[:500]
+    assert backend_of(Proxy(df)) == 'pandas' and not is_cudf(Proxy(df))
+    readme = (Path(__file__).parents[1]/'README.md').read_text()
+    assert 'cudf.pandas' in readme and 'pandas path' in readme

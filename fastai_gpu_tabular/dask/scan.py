@@ -164,7 +164,7 @@ def _scan_column(col, train:np.ndarray, at:np.ndarray, save:_Appender, j:int, na
     if _numbers(col.dtype):
         x = col.to_numpy()
         save(str(j), x)
-        r['store'] = 'values'
+        r['store'], r['dtype'] = 'values', x.dtype.str
         if name in spec.shrink: r['min'], r['max'] = col.min(), col.max()
         if name in spec.conts: r['cont'] = _cont_facts(x, train, at, spec.sample, seed)
         if name in spec.distinct:
@@ -353,6 +353,14 @@ class CachedParts:
         if self.backend != 'cudf': return df
         df = to_backend(df, 'cudf')
         return df.assign(**nan_as_null(df))
+
+    def valid(self, i:int) -> np.ndarray|None:
+        """Partition `i`'s validation rows as the scan split them (a bool mask; None: none validate): the write splits
+        by it, so its rows are the ones the procs learned from (a missing split value read from the cache, an object
+        column's None or NaN, could otherwise cast another way)."""
+        at = self.arrays[i].get('valid')
+        if at is None: return None
+        with open(_part_file(self.cache.path, i), 'rb') as f: return _read(f, at)
 
     def training(self, names:list, rows:int) -> pd.DataFrame:
         """Columns `names` (numbers) of the `rows` training rows of all partitions, in order, on the host: read from the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..backend import array_module, column_values, to_host
+from ..backend import array_module, column_values, counts_in_order, to_host
 
 __all__ = []
 # also public, not star-exported (generic names): `compute`, `delayed`, `run`, `replace_columns`, `mean_dtype`
@@ -275,8 +275,8 @@ def exact_median(parts:list, cols:list, dtypes:dict, sample:int=4096, samples:di
 
 # --- the mode --------------------------------------------------------------------------------------------------------
 def _value_counts(part, cols):
-    "Per column, value counts in order of first appearance (pandas' hash-table order)."
-    return {c: to_host(part[c].dropna().value_counts(sort=False)) for c in cols}
+    "Per column, value counts in order of first appearance (pandas' hash-table order), on the host."
+    return {c: counts_in_order(part[c]) for c in cols}
 
 def exact_mode(parts:list, cols:list) -> dict:
     """{col: `col.dropna().value_counts().idxmax()`} over the delayed partitions `parts`, ties broken as pandas does:

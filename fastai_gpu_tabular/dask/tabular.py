@@ -24,9 +24,10 @@ from fasttransform import Pipeline
 
 from ..backend import (
     backend_of,
-    col_to_tensor,
     float_casts,
     float_dtypes,
+    host_dtype,
+    is_categorical,
     is_dask,
     is_numeric_dtype,
     nan_as_null,
@@ -114,14 +115,17 @@ class _PackedPart(NamedTuple):
     n_train: int
     n_valid: int
 
-def _pack_partition(part, procs, path, i, split, on, names:dict) -> _PackedPart:
-    "Pack a processed partition's rows (as `TabularGPU` does in memory) and write its train and valid rows as chunks."
+def _pack_partition(part, procs, path, i, split, cache, names:dict) -> _PackedPart:
+    """Pack a processed partition's rows (as `TabularGPU` does in memory) and write its train and valid rows as chunks,
+    split as the scan split them (`cache`, the scan's `CachedParts`)."""
     t = TabularGPU(part.copy(deep=False), procs=unshipped(procs), do_setup=False, reduce_memory=False, inplace=True,
                    y_block=TransformBlock(), **names)   # no copy of the columns (see `procs._apply`)
     rows, layout = pack_rows(t)
     name, width = part_name(i), rows.shape[1]
     if split is None: return _PackedPart(layout, width, PackedChunks.write_rows(Path(path)/'train', name, rows), 0)
-    v = col_to_tensor(valid_mask(part[split], on).astype('int8')).to(rows.device).bool()   # DLPack may lack bool
+    valid = cache.valid(i)
+    v = torch.zeros(len(rows), dtype=torch.bool) if valid is None else torch.from_numpy(valid)
+    v = v.to(rows.device)
     # on the CPU, NumPy's `compress`: several times quicker than torch's row gathers, twice a boolean index's
     if rows.device.type == 'cpu':
         rows, v = rows.numpy(), v.numpy()
@@ -183,7 +187,7 @@ class TabularDask(TabularGPU):
         from dask.dataframe.utils import has_known_categories
         meta, cols = items._meta, list(items.columns)
         cats, conts, ys = ([n for n in names if n in cols] for names in (self.cat_names, self.cont_names, self.y_names))
-        known = [c for c in cols if isinstance(meta[c].dtype, pd.CategoricalDtype) and has_known_categories(meta[c])]
+        known = [c for c in cols if is_categorical(meta[c].dtype) and has_known_categories(meta[c])]
         # the numbers whose shrink depends on their values (fastai's rule on dtype names)
         shrink = [c for c in dict.fromkeys(cats + conts + ys) if reduce_memory and c not in self.multi_hot
                   and getattr(meta[c].dtype, 'name', '').startswith(('int', 'uint', 'float'))]
@@ -195,17 +199,18 @@ class TabularDask(TabularGPU):
                         conts=frozenset(conts), shrink=frozenset(shrink), ys=frozenset(ys),
                         sample=_MEDIAN_SAMPLE if median else 0)
 
-    def _shrink_casts(self, items, spec:ScanSpec, res:list) -> tuple:
-        """`(casts, all_rows)`: fastai's `df_shrink` casts of the numbers (from their min and max over all rows), and
-        the cat columns it casts to category (by dtype alone: object or str), whose vocabulary is every row's values."""
+    def _shrink_casts(self, items, spec:ScanSpec, res:list, dtypes:dict) -> tuple:
+        """`(casts, all_rows)`: fastai's `df_shrink` casts of the numbers (from their min and max over all rows, in
+        the `dtypes` the scan found), and the cat columns it casts to category (by dtype alone: object or str), whose
+        vocabulary is every row's values."""
         meta, named = items._meta, [c for c in items.columns if c in spec.distinct or c in spec.conts or c in spec.ys]
         proxy = to_pandas(items._meta_nonempty[named]).iloc[:2].reset_index(drop=True)
         for c in named:   # categories Dask does not know (e.g. from parquet): the values' dtype, as in memory
-            if isinstance(meta[c].dtype, pd.CategoricalDtype) and c not in spec.known:
-                proxy[c] = proxy[c].astype(meta[c].cat.categories.dtype)
+            if is_categorical(meta[c].dtype) and c not in spec.known:
+                proxy[c] = proxy[c].astype(host_dtype(meta[c].dtype).categories.dtype)
         for c in spec.shrink:
             lo, hi = ([v for r in res if not pd.isna(v := r['cols'][c][k])] for k in ('min', 'max'))
-            proxy[c] = pd.Series([min(lo), max(hi)] if lo else [np.nan] * 2).astype(meta[c].dtype)
+            proxy[c] = pd.Series([min(lo), max(hi)] if lo else [np.nan] * 2).astype(dtypes.get(c, meta[c].dtype))
         casts = self._shrink_dtypes(proxy, self.cat_names, self.cont_names, self.y_names)
         return ({c: t for c,t in casts.items() if t != 'category'},
                 {c for c,t in casts.items() if t == 'category' and c in self.cat_names})
@@ -228,14 +233,18 @@ class TabularDask(TabularGPU):
             if len(st) > 1: raise TypeError(f"column {c!r} holds lists in some partitions only: make it all lists "
                                             "(a multi-hot column) or all values")
             if st == {'lists'} and c in self.cat_names and c not in self.multi_hot: self.multi_hot[c] = None
-        casts, all_rows = self._shrink_casts(items, spec, res) if reduce_memory and parts.sum() else ({}, set())
+        # a column's values as the partitions gave them to the host: a cuDF int column with nulls as float64 and NaN
+        # (`to_pandas`), as pandas holds it, where the meta says int
+        held = {c: np.result_type(*{np.dtype(r['cols'][c]['dtype']) for r in res}) for c in cols
+                if stores[c] == {'values'} and res}
+        casts, all_rows = self._shrink_casts(items, spec, res, held) if reduce_memory and parts.sum() else ({}, set())
         # each column's values merged, one column after another: the merge is bound by memory, and two threads took
         # twice its CPU time for the same wall time (10M Criteo-like rows on 2 cores: 18.2 against 9.7 CPU-s)
         merged = {c: merge_values(c, [r['cols'][c]['distinct'] for r in res], casts.get(c)) for c in cols
                   if c not in spec.known and (c in spec.distinct or stores[c] != {'values'})}
         values, columns = {}, {}
         for j,c in enumerate(cols):
-            store, dt = next(iter(stores[c])), meta[c].dtype
+            store, dt = next(iter(stores[c])), held.get(c, host_dtype(meta[c].dtype))
             if c in spec.known:   # fastai's vocabulary: every category, in their order
                 vals = np.array(list(dt.categories), dtype=object)
                 train = np.sum([r['cols'][c]['distinct'][1] for r in res], axis=0, dtype=np.int64)
@@ -250,7 +259,7 @@ class TabularDask(TabularGPU):
                 columns[c] = CachedColumn('codes', pd.CategoricalDtype(pd.Index(vals, dtype=object)), True,
                                           known=False)
             else:   # a target, the split column: their own values
-                own = dt.categories.dtype if isinstance(dt, pd.CategoricalDtype) else dt
+                own = dt.categories.dtype if is_categorical(dt) else dt
                 columns[c] = CachedColumn('codes', own, True, vals)
             if c in spec.distinct:
                 hists = [r['cols'][c]['hist'] for r in res if 'hist' in r['cols'][c]]
@@ -385,7 +394,7 @@ class TabularDask(TabularGPU):
         # would find nothing to drop, in a tenth of the ETL's CPU time)
         parts = self.items.to_delayed(optimize_graph=False)
         pack = delayed(_pack_partition)
-        res = compute(*[pack(p, procs, str(self.chunk_dir), i, self.split_col, self.split_on, names)
+        res = compute(*[pack(p, procs, str(self.chunk_dir), i, self.split_col, self.scan.cache, names)
                         for i,p in enumerate(parts)])
         first = res[0]
         files = lambda sub: [(part_name(i), getattr(r, f'n_{sub}')) for i,r in enumerate(res)]

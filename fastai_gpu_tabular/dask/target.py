@@ -31,13 +31,15 @@ _ALL = -1   # the fold key of the statistic of all training rows
 _ROW = '__target_encode_row__'   # each training row's position among them, a column while encoding
 
 def _targets(part, y:str, kind:str, classes):
-    "The target as scikit-learn encodes it: float64 'y', int64 codes 'y', or an int64 column 'y<i>' per class."
+    """The target as scikit-learn encodes it, on the host: float64 'y', int64 codes 'y', or an int64 column 'y<i>' per
+    class (pandas cannot take a cuDF partition's index: its `__array__` refuses, frame.py:619-625 @v26.06.01)."""
     col = part[y]
-    if kind == 'continuous': return pd.DataFrame({'y': to_host(col).to_numpy('f8')}, index=col.index)
+    index = to_host(col.index)
+    if kind == 'continuous': return pd.DataFrame({'y': to_host(col).to_numpy('f8')}, index=index)
     codes = to_host(encode_codes(col, classes, add=0)).to_numpy().astype('int64')
-    if kind == 'binary': return pd.DataFrame({'y': codes}, index=col.index)
+    if kind == 'binary': return pd.DataFrame({'y': codes}, index=index)
     return pd.DataFrame(class_indicators(codes, len(classes)), columns=[f'y{i}' for i in range(len(classes))],
-                        index=col.index)
+                        index=index)
 
 def _host_target(part, y:str, kind:str, classes):
     "A partition's target on the host, one number a row: float64 values, or int64 class codes."
