@@ -11,9 +11,9 @@ import ctypes
 import errno
 import glob
 import os
+import secrets
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 try:
@@ -41,12 +41,15 @@ def fsync_tree(path):
 
 def lock_path(path, wait:bool=True) -> int|None:
     """A descriptor of the file or folder `path` holding an exclusive `flock` on it (released by `os.close`, or when the
-    process dies), or None: when another holds it and not `wait`ing, and where there are no such locks (Windows; some
-    network file systems refuse them), so that a clean-up leaves alone what it cannot tell from a live write."""
+    process dies), or None where there are no such locks (Windows; some network file systems refuse them) or `path`
+    is gone. Not `wait`ing, BlockingIOError if another holds it."""
     if fcntl is None: return None
     try: fd = os.open(path, os.O_RDONLY)
-    except OSError: return None   # gone meanwhile
+    except OSError: return None
     try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        raise
     except OSError:
         os.close(fd)
         return None
@@ -58,15 +61,23 @@ def remove(path):
     else:
         with contextlib.suppress(OSError): os.unlink(path)
 
-def clear_debris(target:Path, pattern:str|None=None):
-    """Remove the siblings of `target` that writes of it cut short left (`temp_prefix`, or files matching the glob
-    `pattern` in its folder), but those a live writer holds."""
-    pattern = glob.escape(temp_prefix(target)) + '*' if pattern is None else pattern
-    for p in target.parent.glob(pattern):
-        fd = lock_path(p, wait=False)
-        if fd is None: continue   # a live write's (or no locks here to tell)
-        try: remove(p)
-        finally: os.close(fd)
+def held(path) -> bool:
+    """Whether a live writer holds the file or folder `path` (`lock_path`): True too where locks cannot tell, so that
+    nothing live is taken for debris."""
+    try: fd = lock_path(path, wait=False)
+    except BlockingIOError: return True
+    if fd is None: return os.path.lexists(path)
+    os.close(fd)
+    return False
+
+def clear_unheld(folder:Path, pattern:str):
+    "Remove the entries of `folder` matching the glob `pattern` that no live writer holds: what writes cut short left."
+    for p in Path(folder).glob(pattern):
+        if not held(p): remove(p)
+
+def clear_debris(target:Path):
+    "Remove the temporary siblings of `target` (`temp_prefix`) that writes of it cut short left."
+    clear_unheld(target.parent, glob.escape(temp_prefix(target)) + '*')
 
 # --- renames ---------------------------------------------------------------------------------------------------------
 _RENAME_EXCHANGE, _AT_FDCWD = 2, -100   # Linux's <linux/fs.h> and <fcntl.h>
@@ -91,8 +102,7 @@ def swap_in(new:Path, target:Path) -> Path|None:
         os.rename(new, target)   # onto nothing: one step
         return None
     if exchange(new, target): return new
-    old = Path(tempfile.mkdtemp(prefix=temp_prefix(target), dir=target.parent))
-    os.rmdir(old)   # a fresh name for the earlier folder
+    old = target.parent/(temp_prefix(target) + secrets.token_hex(4))   # the earlier folder's name meanwhile
     os.rename(target, old)
     try: os.rename(new, target)
     except BaseException:
@@ -126,19 +136,20 @@ def replacing(target, folder:bool=True):
     if old is not None: remove(old)
 
 def _new_temp(target:Path, folder:bool) -> tuple[Path, int|None]:
-    "A new temporary sibling of `target` (a folder, or a file) and the lock its writer holds on it (`lock_path`)."
-    for _ in range(8):   # another write's clean-up may take a sibling between its making and its lock: make another
-        if folder: tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target), dir=target.parent))
-        else:
-            f, tmp = tempfile.mkstemp(prefix=temp_prefix(target), dir=target.parent)
-            os.close(f)
-            tmp = Path(tmp)
-        fd = lock_path(tmp)
+    """A new temporary sibling of `target` (a folder, or a file), with the permissions a plain `mkdir` or `open` gives
+    (tempfile's would be the owner's alone, and stay on the target), and the lock its writer holds on it."""
+    for _ in range(100):
+        tmp = target.parent/(temp_prefix(target) + secrets.token_hex(4))
+        try:
+            if folder: os.mkdir(tmp)
+            else: os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError: continue
+        fd = lock_path(tmp)   # waits for a clean-up holding it, if one took it first: then it is gone, and we go on
         try: mine = os.path.samestat(os.fstat(fd), os.stat(tmp)) if fd is not None else tmp.exists()
         except OSError: mine = False
         if mine: return tmp, fd
         if fd is not None: os.close(fd)
-    raise FileExistsError(f"cannot make a temporary folder beside {target}: other writes keep removing them")
+    raise FileExistsError(f"cannot make a temporary sibling of {target}: its names are all taken")
 
 def carry(src:Path, dst:Path, skip:set):
     """Hard-link into the folder `dst` everything in the folder `src` but the names in `skip` (what a write makes

@@ -1,10 +1,8 @@
 """`TabularGPU.save`/`load`: the processed rows and procs' state as plain data. A loaded Tabular against the one saved
 and fastai's TabularPandas on Adult, MovieLens (a multi-hot genres column, NaN filled) and flights (a Timestamp
 vocabulary); loaded in a fresh process where unpickling fails; damaged files, versions and bad state named."""
-import builtins
 import errno
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -28,7 +26,7 @@ from fastai.tabular.all import (
     tabular_learner,
 )
 from helpers.fake_device import CHILD_PRELUDE
-from helpers.killpoints import run_child
+from helpers.faults import SmallDisk, run_child
 from helpers.parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU
@@ -485,7 +483,7 @@ def test_files_saved_with_plain_headers_load(saved):
 
 # --- a save is all or nothing -----------------------------------------------------------------------------------------
 # A child Python saves `new` over `old` once to record the steps the save takes under the folder's parent, then, for
-# each step k, saves it again in a forked child killed before step k (tests/helpers/killpoints.py), loads the folder,
+# each step k, saves it again in a forked child killed before step k (tests/helpers/faults.py), loads the folder,
 # and saves `old` over whatever the kill left, as a user would save again.
 _KILLS = """
 import json, shutil, sys
@@ -493,7 +491,7 @@ from pathlib import Path
 import torch
 torch.set_num_threads(1)   # no OpenMP team: the save forks
 sys.path.insert(0, sys.argv[2])
-from helpers.killpoints import install, killed_at, steps
+from helpers.faults import install, killed_at, steps
 from fastai.tabular.all import Categorify, CategoryBlock, FillMissing, Normalize, RandomSplitter, range_of
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.datasets import load_adult
@@ -553,32 +551,6 @@ def test_a_save_killed_at_any_step_leaves_the_earlier_or_the_new(tmp_path):
     assert all(k['again'] is None and k['after'] == 'old' and k['cleared'] == [] for k in kills), kills
     assert any(k['left'] for k in kills)   # the debris the next save cleared
 
-class _SmallDisk:
-    """A disk that fills up under `root`: writes to files opened there (`open`, `io.open`: numpy's, pathlib's, ours)
-    raise ENOSPC once `free` bytes have gone, the write that crosses it half done, as a full disk fails a write."""
-    def __init__(self, root:Path, free:int): self.root,self.free = str(root),free
-    def open(self, real):
-        def opened(file, mode='r', *args, **kwargs):
-            f = real(file, mode, *args, **kwargs)
-            here = isinstance(file, (str, os.PathLike)) and os.path.abspath(file).startswith(self.root + os.sep)
-            return _Filling(f, self) if here and any(c in mode for c in 'wax+') else f
-        return opened
-
-class _Filling:
-    def __init__(self, f, disk): self._f,self._disk = f,disk
-    def __getattr__(self, k): return getattr(self._f, k)
-    def __enter__(self): return self
-    def __exit__(self, *exc): self._f.close()
-    def __iter__(self): return iter(self._f)
-    def write(self, b):
-        n = len(b) if isinstance(b, str) else memoryview(b).nbytes
-        if n <= self._disk.free:
-            self._disk.free -= n
-            return self._f.write(b)
-        fits, self._disk.free = self._disk.free, 0
-        self._f.write(b[:fits] if isinstance(b, str) else memoryview(b).cast('B')[:fits])
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._f.name)
-
 @pytest.mark.parametrize('share', [0., 0.3, 0.7, 0.99])
 def test_a_save_that_fills_the_disk_keeps_the_earlier(adult, tmp_path, monkeypatch, share):
     """A save over an earlier one runs out of disk after `share` of its bytes (writes raise ENOSPC, as a full disk's
@@ -589,11 +561,8 @@ def test_a_save_that_fills_the_disk_keeps_the_earlier(adult, tmp_path, monkeypat
     old.save(d/'s', chunk_rows=1000, progress=False)
     new.save(tmp_path/'size', chunk_rows=1000, progress=False)
     size = sum(f.stat().st_size for f in (tmp_path/'size').rglob('*') if f.is_file())
-    disk = _SmallDisk(d, int(share * size))
-    monkeypatch.setattr(builtins, 'open', disk.open(builtins.open))
-    monkeypatch.setattr(io, 'open', disk.open(io.open))
-    with pytest.raises(OSError, match='No space left on device') as e: new.save(d/'s', chunk_rows=1000, progress=False)
-    monkeypatch.undo()
+    with SmallDisk(d, share * size, monkeypatch), pytest.raises(OSError, match='No space left on device') as e:
+        new.save(d/'s', chunk_rows=1000, progress=False)
     assert e.value.errno == errno.ENOSPC and str(d) in str(e.value)
     assert [p.name for p in d.iterdir()] == ['s']   # the new save's files are gone
     loaded = TabularGPU.load(d/'s', progress=False)
@@ -662,6 +631,9 @@ def test_a_failed_save_over_an_earlier_leaves_it(adult, tmp_path, monkeypatch):
     new = TabularGPU(adult.iloc[2000:4000], procs=[Categorify, FillMissing, Normalize], **ADULT)
     new.save(tmp_path/'s', progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ['s'] and (tmp_path/'s'/'notes.txt').read_text() == 'mine'
+    (tmp_path/'plain').mkdir()   # the folder's permissions are a plain mkdir's (tempfile's would be the owner's alone)
+    assert (tmp_path/'s').stat().st_mode == (tmp_path/'plain').stat().st_mode
+    (tmp_path/'plain').rmdir()
     assert torch.equal(TabularGPU.load(tmp_path/'s', progress=False).packed_rows('cpu')[0], new.packed_rows('cpu')[0])
     (tmp_path/'s').rename(tmp_path/'.s.fgt-tmp-x')   # as a kill between those two renames leaves it: named
     with pytest.raises(SavedFormatError, match=r"fgt-tmp-x holds a whole one that a save cut short left: rename it"):
