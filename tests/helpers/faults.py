@@ -2,8 +2,9 @@
 sleeping and hoping: an audit hook (`sys.addaudithook`) sees every change a Python process makes to files under a
 folder (a file opened, a rename, a removal, a new folder) and SIGKILLs the process before the k-th. A child Python that
 imports this module (its `sys.path` holding tests/) and calls `install()` records a write's steps with
-`steps(fn, root)` and runs it in a forked child killed before step k with `killed_at(fn, root, k)`; `run_child` starts
-such a child in its own process group, killed whole on its timeout. And a disk that fills up (`SmallDisk`)."""
+`steps(fn, root)`, runs it in a forked child killed before step k with `killed_at(fn, root, k)`, or stops at a step
+until told to go on (`pause_at`); `run_child` starts such a child in its own process group, killed whole on its
+timeout. And a disk that fills up (`SmallDisk`)."""
 import errno
 import io
 import os
@@ -11,7 +12,7 @@ import signal
 import subprocess
 import sys
 
-__all__ = ['install', 'steps', 'killed_at', 'run_child', 'SmallDisk']
+__all__ = ['install', 'steps', 'killed_at', 'pause_at', 'run_child', 'SmallDisk']
 
 _EVENTS = {'open', 'os.rename', 'os.remove', 'os.rmdir', 'os.mkdir', 'shutil.rmtree', 'os.link', 'os.symlink',
            'os.truncate'}
@@ -32,6 +33,10 @@ def _hook(event, args):
     if _state['at'] is not None:
         if _state['n'] == _state['at']: os.kill(os.getpid(), signal.SIGKILL)
         _state['n'] += 1
+    if _state.get('pause') and _state['pause'] in step:   # once: say so, and wait for a line on stdin
+        _state['pause'] = None
+        print('paused', flush=True)
+        sys.stdin.readline()
 
 def install():
     "Add the hook to this process (once: an audit hook cannot be removed; it does nothing until `steps`/`killed_at`)."
@@ -61,6 +66,10 @@ def killed_at(fn, root, k:int) -> bool:
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     return os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+def pause_at(root, step:str):
+    "Stop this process at its first step under `root` (see `steps`) whose text holds `step`, until stdin gives a line."
+    _state.update(root=os.path.abspath(root), pause=step)
 
 def run_child(args:list, timeout:float, **kwargs) -> subprocess.CompletedProcess:
     "`subprocess.run(args)` in a new session, whose every process (forked children too) is killed on the timeout."
