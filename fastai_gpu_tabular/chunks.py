@@ -63,7 +63,8 @@ def check_header(f, path:Path, shape:tuple|None, want:str='<i4') -> int:
     except ValueError as e: raise SavedFormatError(f"{path} is not a .npy file: {e}") from None
     want, shape = np.dtype(want), tuple(got) if shape is None and len(got) == 1 else shape
     if dtype != want or fortran or tuple(got) != shape:
-        raise SavedFormatError(f"{path} holds {dtype} {tuple(got)} values, not the {want} {shape} saved")
+        order = ' in Fortran order' if fortran else ''
+        raise SavedFormatError(f"{path} holds {dtype} {tuple(got)} values{order}, not the {want} {shape} saved")
     n = f.tell()
     size = f.seek(0, io.SEEK_END)
     if size != n + math.prod(shape) * want.itemsize:

@@ -239,6 +239,15 @@ def test_altered_file_is_named(saved, name):
         TabularGPU.load(saved)
     if name.startswith('train/part'): TabularGPU.load(saved, verify=False)   # sizes and headers are still checked
 
+@pytest.mark.parametrize('name', ['train/part.00001.npy', 'index.npy'])
+def test_a_fast_load_checks_the_headers(saved, name):
+    """`verify=False`, the documented fast load, hashes nothing: a header altered in place (the dtype, the file's size
+    as saved) is refused by the header's own check, naming the file (tests/test_chunks.py: each of its checks)."""
+    f, (old, new, dt) = saved/name, (("'<i4'", "'<u4'", 'int32') if 'part' in name else ("'<i8'", "'<u8'", 'int64'))
+    f.write_bytes(f.read_bytes().replace(old.encode(), new.encode()))
+    with pytest.raises(SavedFormatError, match=name.replace('.', r'\.') + rf" holds u{dt} \(.*\) values, not the {dt}"):
+        TabularGPU.load(saved, verify=False, progress=False)
+
 def test_missing_file_and_manifest(saved):
     (saved/'train'/'part.00000.npy').unlink()
     with pytest.raises(SavedFormatError, match=r"part\.00000\.npy is missing"): TabularGPU.load(saved)
