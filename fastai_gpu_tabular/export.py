@@ -42,8 +42,9 @@ def _quiet_export():
         yield
 
 class PredsModel(nn.Module):
-    """A tabular model as `get_preds` runs it: cat codes cast to long in the graph (an int32 input, as the loader
-    yields, otherwise makes the dynamo export unloadable: Concat of int32 and int64), then the loss's activation."""
+    """A tabular model as `get_preds` runs it: cat codes cast to long in the graph (an int32 input, as a loader with
+    `cat_dtype=torch.int32` yields, otherwise makes the dynamo export unloadable: Concat of int32 and int64), then the
+    loss's activation."""
     def __init__(self, model, act=noop, has_cat=True, has_cont=True):
         super().__init__()
         self.model,self.act = model,act
@@ -54,13 +55,14 @@ class PredsModel(nn.Module):
         return self.act(self.model(x_cat, x_cont))
 
 def _preds_model(learn, widths:list):
-    """A CPU float32 copy of `learn.model` in eval mode inside `PredsModel`, and example inputs `(x_cat int32, x_cont)`;
-    `widths`: the train set's `cat_widths`."""
+    """A CPU float32 copy of `learn.model` in eval mode inside `PredsModel`, and example inputs `(x_cat, x_cont)`, the
+    codes as the loader serves them (its `cat_dtype`; int64, fastai's, for fastai's loaders); `widths`: the train
+    set's `cat_widths`."""
     n_cat,n_cont = sum(widths),len(learn.dls.train_ds.cont_names)
     model = copy.deepcopy(learn.model).float().cpu().eval()
     act = getattr(learn.loss_func, 'activation', noop)
     xs = []
-    if n_cat: xs.append(torch.zeros(2, n_cat, dtype=torch.int32))
+    if n_cat: xs.append(torch.zeros(2, n_cat, dtype=getattr(learn.dls.train, 'cat_dtype', torch.int64)))
     if n_cont: xs.append(torch.zeros(2, n_cont))
     xs = tuple(xs)
     return PredsModel(model, act, n_cat > 0, n_cont > 0).eval(), xs
@@ -357,7 +359,8 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     bucket labels, or the cross's text), and a `Categorify(num_buckets)` column has a second input `<name>#bucket`
     with each row's bucket code, which `onnx_inputs` computes on the host from the raw columns.
     `onnx_inputs(df, path)` makes the inputs from a frame. `procs=False`: the model alone, on the loader's batches
-    (`x_cat` int32, `x_cont` float32). Returns `path`."""
+    (`x_cat` as the loader serves it, int64 or with `cat_dtype=torch.int32` int32; `x_cont` float32). Returns
+    `path`."""
     onnx = import_extra('onnx', 'onnx', 'export_onnx')
     import_extra('onnxscript', 'onnx', 'export_onnx')   # torch's dynamo exporter writes the graph with it
     from onnx import helper

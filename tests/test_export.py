@@ -137,15 +137,21 @@ def test_onnx_batch_sizes(clas):
     np.testing.assert_allclose(one[0], full[7], atol=1e-6)
     np.testing.assert_allclose(rev[::-1], full, atol=1e-6)
 
-def test_onnx_model_alone_takes_loader_batches(regr, tmp_path):
-    "`procs=False`: the model on int32 loader batches (cast in the graph), as `get_preds` on the validation set."
+@pytest.mark.parametrize('cat_dtype', [torch.int64, torch.int32])
+def test_onnx_model_alone_takes_loader_batches(regr, tmp_path, cat_dtype):
+    """`procs=False`: the model on the loader's batches as they come, int64 codes (fastai's) or int32 ones
+    (`cat_dtype=torch.int32`, cast in the graph), as `get_preds` on the validation set."""
     learn, _, _ = regr
-    path = export_onnx(learn, tmp_path/'model.onnx', procs=False)
-    sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
-    with learn.no_bar(): preds,_ = learn.get_preds(ds_idx=1)
-    out = [sess.run(None, {'x_cat': xc.cpu().numpy(), 'x_cont': xn.cpu().numpy()})[0]   # batches: on the device
-           for xc,xn,_ in learn.dls.valid]
-    assert learn.dls.valid.one_batch()[0].dtype == torch.int32
+    loaders = learn.dls.loaders
+    learn.dls.loaders = [dl.new(cat_dtype=cat_dtype) for dl in loaders]   # the module's learner: restored below
+    try:
+        path = export_onnx(learn, tmp_path/'model.onnx', procs=False)
+        sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+        with learn.no_bar(): preds,_ = learn.get_preds(ds_idx=1)
+        out = [sess.run(None, {'x_cat': xc.cpu().numpy(), 'x_cont': xn.cpu().numpy()})[0]   # batches: on the device
+               for xc,xn,_ in learn.dls.valid]
+        assert learn.dls.valid.one_batch()[0].dtype == cat_dtype
+    finally: learn.dls.loaders = loaders
     np.testing.assert_allclose(np.concatenate(out), preds.numpy(), atol=1e-5, rtol=0)
 
 def test_export_model_torch_export(clas, tmp_path):
