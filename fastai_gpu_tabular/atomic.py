@@ -114,22 +114,25 @@ def swap_in(new:Path, target:Path) -> Path|None:
 def replacing(target, folder:bool=True):
     """Write the new `target` (a folder, or a file) at the path this yields, beside it; on leaving the `with`, make it
     durable (fsync) and swap it in (`swap_in`; a file by `os.replace`), then remove the earlier one. On an exception
-    (or a kill) `target` is as it was: the new one is removed, or left as debris for the next write to remove. A
-    `target` that is a symbolic link is replaced where it points, the link kept."""
+    (or a kill) `target` is as it was: the new one is removed, or left as debris for the next write to remove (an
+    OSError, a full disk's, says so in a note). A `target` that is a symbolic link is replaced where it points, the
+    link kept."""
     target = Path(target)
     if target.is_symlink(): target = Path(os.path.realpath(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     clear_debris(target)
     tmp, fd = _new_temp(target, folder)
-    old = None
+    old, swapped = None, False
     try:
         yield tmp
         fsync_tree(tmp) if folder else fsync_path(tmp)
         if folder: old = swap_in(tmp, target)
         else: os.replace(tmp, target)
+        swapped = True
         fsync_path(target.parent)
-    except BaseException:
-        remove(tmp)
+    except BaseException as e:
+        remove(tmp)   # the new one, or after the swap the earlier one
+        if not swapped and isinstance(e, OSError): e.add_note(f"{target} is as it was: this write left nothing there")
         raise
     finally:
         if fd is not None: os.close(fd)

@@ -107,7 +107,7 @@ def _read_manifest(path:Path) -> tuple[dict, os.stat_result]:
     f = path/MANIFEST
     try:
         with open(f, 'rb') as fh: b, seen = fh.read(), os.fstat(fh.fileno())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         # where folders cannot be swapped in one step, a save cut short between its two renames left a whole one beside
         whole = [p for p in sorted(path.parent.glob(glob.escape(temp_prefix(path)) + '*')) if (p/MANIFEST).exists()]
         hint = f"; {whole[-1]} holds a whole one that a save cut short left: rename it to {path}" if whole else ''

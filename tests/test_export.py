@@ -344,6 +344,7 @@ def test_onnx_and_triton_written_all_or_nothing(regr, tmp_path, monkeypatch):
     with SmallDisk(tmp_path/'m', len(before) // 2, monkeypatch), pytest.raises(OSError, match='No space left') as e:
         export_onnx(learn, p)
     assert e.value.errno == errno.ENOSPC and p.read_bytes() == before and os.listdir(p.parent) == ['model.onnx']
+    assert e.value.__notes__ == [f'{p} is as it was: this write left nothing there']
     (tmp_path/'plain').write_bytes(b'')   # the file's permissions are a plain open's (tempfile's: the owner's alone)
     assert p.stat().st_mode == (tmp_path/'plain').stat().st_mode
     repo = tmp_path/'repo'

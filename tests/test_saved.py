@@ -573,6 +573,7 @@ def test_a_save_that_fills_the_disk_keeps_the_earlier(adult, tmp_path, monkeypat
     with SmallDisk(d, share * size, monkeypatch), pytest.raises(OSError, match='No space left on device') as e:
         new.save(d/'s', chunk_rows=1000, progress=False)
     assert e.value.errno == errno.ENOSPC and str(d) in str(e.value)
+    assert e.value.__notes__ == [f"{d/'s'} is as it was: this write left nothing there"]
     assert [p.name for p in d.iterdir()] == ['s']   # the new save's files are gone
     loaded = TabularGPU.load(d/'s', progress=False)
     assert torch.equal(loaded.packed_rows('cpu')[0], old.packed_rows('cpu')[0])
