@@ -63,7 +63,8 @@ def check_header(f, path:Path, shape:tuple|None, want:str='<i4') -> int:
     except ValueError as e: raise SavedFormatError(f"{path} is not a .npy file: {e}") from None
     want, shape = np.dtype(want), tuple(got) if shape is None and len(got) == 1 else shape
     if dtype != want or fortran or tuple(got) != shape:
-        raise SavedFormatError(f"{path} holds {dtype} {tuple(got)} values, not the {want} {shape} saved")
+        order = ' in Fortran order' if fortran else ''
+        raise SavedFormatError(f"{path} holds {dtype} {tuple(got)} values{order}, not the {want} {shape} saved")
     n = f.tell()
     size = f.seek(0, io.SEEK_END)
     if size != n + math.prod(shape) * want.itemsize:
@@ -217,7 +218,10 @@ class PackedChunks:
     "Packed rows in `.npy` files of a folder (`chunks.json` lists them with their row counts and the layout)"
     def __init__(self, path):
         self.path = Path(path)
-        meta = json.loads((self.path/'chunks.json').read_text())
+        try: meta = json.loads((self.path/'chunks.json').read_text())
+        except FileNotFoundError:   # written last: a write cut short, or still running, has none
+            raise FileNotFoundError(f"{self.path/'chunks.json'} is missing: {self.path} holds no finished chunks "
+                                    "(their write was cut short, or is running)") from None
         self.files, self.lens = [f for f,_ in meta['files']], np.array([n for _,n in meta['files']], dtype=np.int64)
         self.width = meta['width']
         self.layout = Layout.from_json(meta['layout'])
@@ -229,7 +233,8 @@ class PackedChunks:
         "Record `files` (`(name, rows)` in row order, written to `path` by `write_rows`) and their layout."
         path = Path(path)
         meta = dict(files=[[f, int(n)] for f,n in files if n], width=int(width), layout=Layout(layout).to_json())
-        (path/'chunks.json').write_text(json.dumps(meta))
+        (path/'.chunks.json.tmp').write_text(json.dumps(meta))
+        os.replace(path/'.chunks.json.tmp', path/'chunks.json')   # whole or not there, whenever the writer is killed
         return cls(path)
 
     @staticmethod

@@ -126,7 +126,7 @@ class DistributedBatchDL(DistributedDL or TfmdDL):
             # for `to_detach`: every rank's rows in this batch, how many of them are real (not padding), epoch rows
             self._cur = dict(sizes=[z_ - a_ for a_,z_ in spans], keep=max(0, min(spans[-1][1], n) - spans[0][0]),
                              n_rank=n_rank, N=N)
-            yield dl.after_batch(gather_rows(rows, layout, slice(a, z) if order is None else order[a:z]))
+            yield dl.after_batch(dl.typed(gather_rows(rows, layout, slice(a, z) if order is None else order[a:z])))
         self._cur = None
         dl.after_iter()
 

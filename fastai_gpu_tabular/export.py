@@ -3,6 +3,7 @@ ops, merged with the model), the model alone through `torch.export`, and a Trito
 from __future__ import annotations
 
 import copy
+import glob
 import json
 import warnings
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
 
+from .atomic import carry, fsync_path, held, remove, replacing, temp_prefix
 from .backend import float_casts
 from .extras import import_extra
 from .groupby import JoinGroupby
@@ -40,8 +42,9 @@ def _quiet_export():
         yield
 
 class PredsModel(nn.Module):
-    """A tabular model as `get_preds` runs it: cat codes cast to long in the graph (an int32 input, as the loader
-    yields, otherwise makes the dynamo export unloadable: Concat of int32 and int64), then the loss's activation."""
+    """A tabular model as `get_preds` runs it: cat codes cast to long in the graph (an int32 input, as a loader with
+    `cat_dtype=torch.int32` yields, otherwise makes the dynamo export unloadable: Concat of int32 and int64), then the
+    loss's activation."""
     def __init__(self, model, act=noop, has_cat=True, has_cont=True):
         super().__init__()
         self.model,self.act = model,act
@@ -52,13 +55,14 @@ class PredsModel(nn.Module):
         return self.act(self.model(x_cat, x_cont))
 
 def _preds_model(learn, widths:list):
-    """A CPU float32 copy of `learn.model` in eval mode inside `PredsModel`, and example inputs `(x_cat int32, x_cont)`;
-    `widths`: the train set's `cat_widths`."""
+    """A CPU float32 copy of `learn.model` in eval mode inside `PredsModel`, and example inputs `(x_cat, x_cont)`, the
+    codes as the loader serves them (its `cat_dtype`; int64, fastai's, for fastai's loaders); `widths`: the train
+    set's `cat_widths`."""
     n_cat,n_cont = sum(widths),len(learn.dls.train_ds.cont_names)
     model = copy.deepcopy(learn.model).float().cpu().eval()
     act = getattr(learn.loss_func, 'activation', noop)
     xs = []
-    if n_cat: xs.append(torch.zeros(2, n_cat, dtype=torch.int32))
+    if n_cat: xs.append(torch.zeros(2, n_cat, dtype=getattr(learn.dls.train, 'cat_dtype', torch.int64)))
     if n_cont: xs.append(torch.zeros(2, n_cont))
     xs = tuple(xs)
     return PredsModel(model, act, n_cat > 0, n_cont > 0).eval(), xs
@@ -355,7 +359,8 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     bucket labels, or the cross's text), and a `Categorify(num_buckets)` column has a second input `<name>#bucket`
     with each row's bucket code, which `onnx_inputs` computes on the host from the raw columns.
     `onnx_inputs(df, path)` makes the inputs from a frame. `procs=False`: the model alone, on the loader's batches
-    (`x_cat` int32, `x_cont` float32). Returns `path`."""
+    (`x_cat` as the loader serves it, int64 or with `cat_dtype=torch.int32` int32; `x_cont` float32). Returns
+    `path`."""
     onnx = import_extra('onnx', 'onnx', 'export_onnx')
     import_extra('onnxscript', 'onnx', 'export_onnx')   # torch's dynamo exporter writes the graph with it
     from onnx import helper
@@ -386,9 +391,47 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
         meta.update(columns=cols, na_string=NA_STRING, float_dtypes=dict(getattr(to, 'float_dtypes', {})))
     helper.set_model_props(model, {_META + k: json.dumps(v) for k,v in meta.items()})
     onnx.checker.check_model(model)
-    big = sum(t.ByteSize() for t in model.graph.initializer) > 2**31 - 2**26   # protobuf's 2 GiB limit
-    onnx.save_model(model, str(path), save_as_external_data=big)
+    _write_onnx(onnx, model, Path(path))
     return Path(path)
+
+_EXTERNAL_BYTES = 2**31 - 2**26   # protobuf's 2 GiB limit, less room for the graph: beyond, the weights go beside
+
+def _write_onnx(onnx, model, path:Path):
+    """Write `model` at `path` all or nothing (`atomic.replacing`: a temporary file beside it, fsync, one rename). A
+    model over protobuf's 2 GiB keeps its weights in a file of its own beside it, `<name>.<token>.data` (the token of
+    its temporary file), written before the rename: the file at `path` always names weights that are there. Weights no
+    model names (an earlier export's, one cut short) are removed after."""
+    big = sum(t.ByteSize() for t in model.graph.initializer) > _EXTERNAL_BYTES
+    weights = None
+    try:
+        with replacing(path, folder=False) as tmp:
+            if big:
+                weights = path.parent/_weights_name(path, tmp)
+                onnx.save_model(model, str(tmp), save_as_external_data=True, location=weights.name)
+                fsync_path(weights)
+            else: onnx.save_model(model, str(tmp))
+    except BaseException:
+        if weights is not None: remove(weights)
+        raise
+    _clear_weights(onnx, path)
+
+def _weights_name(path:Path, tmp:Path) -> str:
+    "The weights file of the model written at `tmp` (see `atomic.replacing`) to go to `path`."
+    return f'{path.name}.{tmp.name[len(temp_prefix(path)):]}.data'
+
+def _clear_weights(onnx, path:Path):
+    """Remove the weights files beside `path` (`_weights_name`) that the model at `path` does not name, but those of a
+    write in progress (its temporary file held: `atomic.held`)."""
+    # a write's temporary file is held while the write lives: then its weights are left alone
+    tmp = lambda f: path.parent/(temp_prefix(path) + f.name[len(path.name) + 1:-len('.data')])
+    done = [f for f in path.parent.glob(glob.escape(path.name) + '.*.data') if not held(tmp(f))]
+    if not done: return
+    # read after: a write that was in progress above has renamed its model to `path` by now, naming its weights
+    try: inits = onnx.load(str(path), load_external_data=False).graph.initializer
+    except Exception: inits = []   # no model there
+    named = {e.value for t in inits for e in t.external_data if e.key == 'location'}
+    for f in done:
+        if f.name not in named: remove(f)
 
 # --- the client side ----------------------------------------------------------------------------------------------
 def _session(model):
@@ -449,7 +492,16 @@ def export_triton(learn:Learner, repo:str|Path, name:str='fastai_tabular', versi
     as TYPE_STRING; the output `preds` is `[batch, n_out]`. Returns the model's folder."""
     onnx = import_extra('onnx', 'onnx', 'export_triton')
     d = Path(repo)/name
-    (d/str(version)).mkdir(parents=True, exist_ok=True)
+    # made beside `d`, with the other versions it holds (hard links), then swapped in: Triton, or a copy of the
+    # repository, never finds a model folder half written
+    with replacing(d) as tmp:
+        if d.is_dir(): carry(d, tmp, {'config.pbtxt', 'labels.txt', str(version)})
+        _triton_folder(learn, tmp, name, version, max_batch_size, onnx, **kwargs)
+    return d
+
+def _triton_folder(learn, d:Path, name:str, version:int, max_batch_size:int, onnx, **kwargs):
+    "Write `export_triton`'s files into the folder `d`."
+    (d/str(version)).mkdir()
     path = export_onnx(learn, d/str(version)/'model.onnx', **kwargs)
     g = onnx.load(str(path), load_external_data=False).graph
     out = g.output[0]
@@ -472,4 +524,3 @@ output [
 ]
 dynamic_batching {{ }}
 ''')
-    return d

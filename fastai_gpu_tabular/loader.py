@@ -42,12 +42,20 @@ class ReadTabBatchGPU(ReadTabBatch):
 @delegates()
 class BatchDataLoader(TabDataLoader):
     "A `TabDataLoader` over a `TabularGPU`: no per-row Python, no collation, no workers; the data stays on `device`"
+    cat_dtype = torch.int32   # what a loader pickled before `cat_dtype` (an exported learner) served: it still does
     def __init__(self, dataset, bs:int=64, shuffle:bool=False, after_batch=None, num_workers:int=0,
                  # per-row sampling weights: shuffled epochs then draw `n` rows with replacement
                  # (fastai's TabWeightedDL)
                  wgts=None,
+                 # the batches' cat codes: int64 as fastai's (default, for a Tabular), or int32 as packed (no copy;
+                 # the default for bare packed rows, `PackedChunks`)
+                 cat_dtype:torch.dtype|None=None,
                  **kwargs):
         if bs is None or int(bs) < 1: raise ValueError(f"bs must be a positive integer, got {bs!r}")
+        if cat_dtype is None: cat_dtype = torch.int64 if hasattr(dataset, 'cat_names') else torch.int32
+        if cat_dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"cat_dtype must be torch.int64 (fastai's) or torch.int32 (as packed), got {cat_dtype}")
+        self.cat_dtype = cat_dtype
         if after_batch is None: after_batch = [ReadTabBatchGPU(dataset)]
         self.wgts = None if wgts is None else torch.as_tensor(wgts, dtype=torch.float)
         self._cdf = None   # the weights' running sum, on the data's device
@@ -64,6 +72,7 @@ class BatchDataLoader(TabDataLoader):
         "fastai's `new`; the sampling weights stay while the rows they weigh do (`new(wgts=None)` drops them)"
         same = (dataset is None or dataset is self.dataset) and issubclass(cls or type(self), BatchDataLoader)
         if same and self.wgts is not None: kwargs.setdefault('wgts', self.wgts)
+        if issubclass(cls or type(self), BatchDataLoader): kwargs.setdefault('cat_dtype', self.cat_dtype)
         return super().new(dataset, cls, **kwargs)
 
     @property
@@ -117,15 +126,19 @@ class BatchDataLoader(TabDataLoader):
         for i in range(0, end, self.bs): yield slice(i, min(i + self.bs, n)) if order is None else order[i:i + self.bs]
 
     def create_batch(self, idx:slice|torch.Tensor) -> tuple: return gather_rows(*self.rows, idx)
+    def typed(self, b:tuple) -> tuple:
+        "A gathered batch as it is served: its cat codes as `cat_dtype` (a copy from int32 views, where int64)."
+        return (b[0].to(self.cat_dtype), *b[1:])
 
     def create_batches(self, samps):
         rows,layout = self.rows   # looked up once an epoch, not once a batch
         for idx in samps: yield gather_rows(rows, layout, idx)
     def do_item(self, s): return 0 if s is None else s
-    def do_batch(self, b): return self.create_batch(torch.as_tensor(b, dtype=torch.long, device=self.rows[0].device))
+    def do_batch(self, b):
+        return self.typed(self.create_batch(torch.as_tensor(b, dtype=torch.long, device=self.rows[0].device)))
 
     def __iter__(self):
         self.randomize()
         self.before_iter()
-        for b in self.create_batches(self.sample()): yield self.after_batch(b)
+        for b in self.create_batches(self.sample()): yield self.after_batch(self.typed(b))
         self.after_iter()

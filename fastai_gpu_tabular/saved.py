@@ -6,9 +6,10 @@ under fastai's attribute names (typed JSON: proc_state.py), and the size and sha
 Linux it maps the rows files' pages (their headers are padded for that) rather than reading them."""
 from __future__ import annotations
 
+import glob
 import io
 import json
-import shutil
+import os
 from importlib.metadata import version
 from pathlib import Path
 import numpy as np
@@ -17,6 +18,7 @@ import torch
 from fastai.data.block import TransformBlock
 from fastai.tabular import core as fatc
 
+from .atomic import carry, fsync_tree, replacing, temp_prefix
 from .backend import frame_device, frame_of_tensors, to_backend, to_host
 from .chunks import SavedFormatError, check_header, is_part_name, load_rows, read_checked, write_blocks, write_npy
 from .pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
@@ -42,22 +44,20 @@ def _index_entry(index, path:Path, files:dict) -> dict:
     files['index.npy'] = write_npy(path/'index.npy', np.asarray(index, dtype=np.int64))
     return {'file': 'index.npy'}
 
-def _clear(path:Path):
-    "Make `path` an empty folder to save into: new, empty, or holding an earlier save (which is replaced)."
+SAVED_NAMES = frozenset(('train', 'valid', MANIFEST, 'index.npy'))   # what a save writes in its folder
+
+def _check_target(path:Path):
+    "`path` can be saved into: nothing there, an empty folder, or an earlier save (which the new one replaces)."
     if path.exists() and not path.is_dir(): raise FileExistsError(f"{path} is a file, not a folder to save into")
-    if path.is_dir() and any(path.iterdir()):
-        if not (path/MANIFEST).exists():
-            raise FileExistsError(f"{path} holds files and no {MANIFEST}: save into a new or empty folder")
-        for p in path.iterdir():   # only what a save writes
-            if p.name in ('train', 'valid') and p.is_dir(): shutil.rmtree(p)
-            elif p.name in (MANIFEST, 'index.npy'): p.unlink()
-    path.mkdir(parents=True, exist_ok=True)
+    if path.is_dir() and any(path.iterdir()) and not (path/MANIFEST).exists():
+        raise FileExistsError(f"{path} holds files and no {MANIFEST}: save into a new or empty folder")
 
 def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
     """Save the processed Tabular `to` in the folder `path` (see the module's docstring); `chunk_rows` rows a file.
     Writes nothing but plain data: the learned state must be of `SAVED_TYPES` (a TypeError naming the column if not).
     The rows are `to.row_blocks(chunk_rows)`: a `TabularDask`'s read from its chunks, `chunk_rows` rows in memory at a
-    time, on a range index."""
+    time, on a range index. All or nothing: an earlier save in `path` stays whole until the new one replaces it
+    (`atomic.replacing`), so that a save killed or short of disk leaves it."""
     if int(chunk_rows) != chunk_rows or chunk_rows < 1:
         raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
     named = set(to.cat_names) | set(to.cont_names) | set(to.y_names)
@@ -71,27 +71,30 @@ def save_tabular(to, path, chunk_rows:int=1 << 18, progress:bool=True) -> Path:
     procs = [saved_state(p) for p in to.procs.fs]   # before writing: a TypeError leaves nothing behind
     rows = to.row_blocks(int(chunk_rows))   # a TabularDask's read from its chunks as they are written
     path = Path(path)
-    _clear(path)
-    files = {}
-    meta = {'format': 'fastai_gpu_tabular.saved', 'version': FORMAT_VERSION,
-            'library': {'fastai_gpu_tabular': version('fastai_gpu_tabular') if _installed() else None,
-                        'fastai': version('fastai')},
-            'cat_names': list(to.cat_names), 'cont_names': list(to.cont_names), 'y_names': list(to.y_names),
-            'multi_hot': dict(to.multi_hot), 'columns': columns,
-            'dtypes': {c: 'object' if c in to.multi_hot else dtypes[c].name for c in columns},
-            # the training frame's float dtypes, which a later frame is cast to (a file without them: no casts)
-            'float_dtypes': encode_dict(dict(to.float_dtypes), 'float_dtypes'),
-            'index': _index_entry(rows.index, path, files),
-            'layout': rows.layout.to_json(), 'width': rows.width,
-            'procs': procs}
-    with progress_rows(len(to), f'saving to {path}', progress) as pb:
-        meta['splits'] = {}
-        for k,blocks,at in (('train', rows.train, 0), ('valid', rows.valid, to.split)):
-            meta['splits'][k], entries = write_blocks(path/k, blocks, rows.layout, rows.width, at, pb)
-            files.update({f'{k}/{f}': e for f,e in entries.items()})
-    meta['files'] = files
-    # the manifest last: a save cut short has none, so it cannot be loaded
-    (path/MANIFEST).write_text(json.dumps(meta, allow_nan=False))   # no indent: C's encoder, not Python's
+    _check_target(path)
+    # written beside `path`, then swapped in: `path` holds the earlier save or this one, whole, at every instant
+    with replacing(path) as tmp:
+        if path.is_dir(): carry(path, tmp, SAVED_NAMES)   # the folder's other files stay
+        files = {}
+        meta = {'format': 'fastai_gpu_tabular.saved', 'version': FORMAT_VERSION,
+                'library': {'fastai_gpu_tabular': version('fastai_gpu_tabular') if _installed() else None,
+                            'fastai': version('fastai')},
+                'cat_names': list(to.cat_names), 'cont_names': list(to.cont_names), 'y_names': list(to.y_names),
+                'multi_hot': dict(to.multi_hot), 'columns': columns,
+                'dtypes': {c: 'object' if c in to.multi_hot else dtypes[c].name for c in columns},
+                # the training frame's float dtypes, which a later frame is cast to (a file without them: no casts)
+                'float_dtypes': encode_dict(dict(to.float_dtypes), 'float_dtypes'),
+                'index': _index_entry(rows.index, tmp, files),
+                'layout': rows.layout.to_json(), 'width': rows.width,
+                'procs': procs}
+        with progress_rows(len(to), f'saving to {path}', progress) as pb:
+            meta['splits'] = {}
+            for k,blocks,at in (('train', rows.train, 0), ('valid', rows.valid, to.split)):
+                meta['splits'][k], entries = write_blocks(tmp/k, blocks, rows.layout, rows.width, at, pb)
+                files.update({f'{k}/{f}': e for f,e in entries.items()})
+        meta['files'] = files
+        fsync_tree(tmp)   # every file durable before the manifest names it: a crash cannot leave it naming lost bytes
+        (tmp/MANIFEST).write_text(json.dumps(meta, allow_nan=False))   # no indent: C's encoder, not Python's
     return path
 
 def _installed() -> bool:
@@ -99,11 +102,18 @@ def _installed() -> bool:
     except Exception: return False
 
 # --- load -------------------------------------------------------------------------------------------------------------
-def _read_manifest(path:Path) -> dict:
+def _read_manifest(path:Path) -> tuple[dict, os.stat_result]:
+    "The manifest of the save in `path`, and its file's identity (`os.fstat`), to tell whether a save replaced it."
     f = path/MANIFEST
-    if not f.exists():
-        raise SavedFormatError(f"{f} is missing: {path} holds no saved Tabular (or its save was cut short)")
-    try: meta = json.loads(f.read_bytes())   # bytes: json decodes UTF-8 itself, faster than a text file
+    try:
+        with open(f, 'rb') as fh: b, seen = fh.read(), os.fstat(fh.fileno())
+    except (FileNotFoundError, NotADirectoryError):
+        # where folders cannot be swapped in one step, a save cut short between its two renames left a whole one beside
+        whole = [p for p in sorted(path.parent.glob(glob.escape(temp_prefix(path)) + '*')) if (p/MANIFEST).exists()]
+        hint = f"; {whole[-1]} holds a whole one that a save cut short left: rename it to {path}" if whole else ''
+        raise SavedFormatError(f"{f} is missing: {path} holds no saved Tabular (or its save was cut short)"
+                               + hint) from None
+    try: meta = json.loads(b)   # bytes: json decodes UTF-8 itself, faster than a text file
     except (ValueError, UnicodeDecodeError) as e:
         raise SavedFormatError(f"{f} is not valid JSON ({e}): altered or truncated") from None
     if not isinstance(meta, dict) or meta.get('format') != 'fastai_gpu_tabular.saved':
@@ -112,7 +122,7 @@ def _read_manifest(path:Path) -> dict:
         raise SavedFormatError(f"{f} is in format version {meta.get('version')!r}; this fastai_gpu_tabular reads "
                                f"version {FORMAT_VERSION}: load it with the version that saved it "
                                f"({(meta.get('library') or {}).get('fastai_gpu_tabular')})")
-    return meta
+    return meta, seen
 
 def _read_index(path:Path, meta:dict, verify:bool):
     ix = meta['index']
@@ -154,7 +164,7 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
     sha256 unless `verify=False`), its procs made back from their state, its frame from the packed rows (conts as the
     float32 batches hold), ready for `dataloaders()` on `device`; `backend` moves the frame ('cudf' or 'pandas')."""
     path = Path(path)
-    meta = _read_manifest(path)
+    meta, seen = _read_manifest(path)
     try:
         procs = [restore_proc(d) for d in meta['procs']]
         index = _read_index(path, meta, verify)
@@ -178,6 +188,10 @@ def load_tabular(cls:type, path, device:torch.device|str|None=None, backend:str|
     if total != len(index): raise SavedFormatError(f"{path/MANIFEST}: {total} rows saved, {len(index)} row labels")
     with progress_rows(total, f'loading {path}', progress) as pb:
         rows = load_rows(path, splits[0] + splits[1], meta['files'], width, verify, pb)
+    try: same = os.path.samestat(seen, (path/MANIFEST).stat())
+    except FileNotFoundError: same = False
+    # a save swapped in meanwhile: the files read may be its, the manifest the earlier one's (which sizes can miss)
+    if not same: raise SavedFormatError(f"{path} was saved over while it loaded: load it again")
     # on the host, a frame the packed rows can rebuild is left to them (as `release_frame` leaves it): built from its
     # dtypes alone, then released; otherwise (multi-hot lists, or to cuDF) built from the rows now
     lazy = backend in (None, 'pandas') and not meta['multi_hot']

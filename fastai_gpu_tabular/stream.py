@@ -268,12 +268,12 @@ class StreamDataLoader(BatchDataLoader):
         "The rows at positions `idx` (a sample batch for fastai's `one_batch` machinery), read from the chunks."
         return unpack_rows(self.chunks.take(torch.as_tensor(idx).cpu()).to(self.device or 'cpu'), self.chunks.layout)
 
-    def do_batch(self, b): return self.create_batch(b)
+    def do_batch(self, b): return self.typed(self.create_batch(b))
 
     def __iter__(self):
         self.randomize()
         self.before_iter()
-        for b in self._stream(): yield self.after_batch(b)
+        for b in self._stream(): yield self.after_batch(self.typed(b))
         self.after_iter()
 
     def new(self, dataset=None, cls=None, **kwargs):

@@ -1,7 +1,7 @@
 """chunks.py, the packed rows on disk: a saved folder written before the rows had a module of their own
 (tests/data/saved-adult-v1, written by `_adult()`'s recipe with the code of main at bc16bc2) still loads, and saving
 the same Tabular now writes the same files, byte for byte; the `.npy` files are NumPy's format, read back as written,
-and a damaged one is refused, naming it."""
+and a damaged one is refused, naming it, by the check made for that damage (the header's, with or without sha256)."""
 import hashlib
 import json
 import sys
@@ -105,17 +105,36 @@ def test_write_rows_is_np_save(tmp_path):
     c = PackedChunks.write(tmp_path, [('a.npy', 10), ('b.npy', 0)], *Layout.plan(2, 1))
     assert c.files == ['a.npy'] and torch.equal(c.load(), rows)
 
-@pytest.mark.parametrize('damage', ['truncate', 'flip', 'header'])
-def test_a_damaged_rows_file_is_named(tmp_path, damage):
+# each damage, and the message of the check that must catch it first: the header's dtype, order, shape and size checks
+# (with the manifest's size made to agree, so that `check_size` passes), and for a flipped bit, the sha256
+SIZE = r"is {got:,} bytes, not the {want:,} its header says: truncated or altered"
+DAMAGE = {'truncated': SIZE, 'extended': SIZE,
+          'dtype': r"holds int64 \(1500, 2\) values, not the int32 \(1500, 2\) saved",
+          'fortran': r"holds int32 \(1500, 2\) values in Fortran order, not the int32 \(1500, 2\) saved",
+          'shape': r"holds int32 \(1499, 2\) values, not the int32 \(1500, 2\) saved",
+          'flip': r"does not match the sha256 it was saved with"}
+
+@pytest.mark.parametrize('verify', [True, False], ids=['sha256', 'fast'])
+@pytest.mark.parametrize('damage', list(DAMAGE))
+def test_a_damaged_rows_file_is_named(tmp_path, damage, verify):
+    """Each damage to a rows file is refused, naming the file, by the check made for it: with `verify=False` (the
+    documented fast load, no sha256) the header's checks are all that stand between a damaged file and wrong rows;
+    with it, they still come first. A flipped bit in the rows only the sha256 sees."""
+    if damage == 'flip' and not verify: pytest.skip('verify=False reads the bytes as they are: a flipped bit loads')
     rows = torch.arange(4000 * 2, dtype=torch.int32).view(4000, 2)
     res, entries = write_blocks(tmp_path/'t', [rows[:2500].numpy(), rows[2500:].numpy()], *Layout.plan(1, 1))
     f = tmp_path/'t'/part_name(1)
     b = bytearray(f.read_bytes())
-    if damage == 'truncate': f.write_bytes(b[:-4])
-    elif damage == 'flip':
-        b[-1] ^= 1
-        f.write_bytes(b)
-    else: f.write_bytes(b.replace(b"'<i4'", b"'<i8'"))
-    if damage == 'truncate': entries[part_name(1)]['bytes'] -= 4   # the size agrees: the header must notice
-    with pytest.raises(SavedFormatError, match=part_name(1).replace('.', r'\.')):
-        load_rows(tmp_path/'t', res, entries, 2, True, _Count())
+    if damage == 'truncated': b = b[:-4]
+    elif damage == 'extended': b += bytes(4)
+    elif damage == 'flip': b[-1] ^= 1
+    else:   # the header, its length kept (its padding takes up the difference)
+        old, new = {'dtype': (b"'<i4'", b"'<i8'"), 'fortran': (b"False", b"True "),
+                    'shape': (b"(1500, 2)", b"(1499, 2)")}[damage]
+        assert old in b
+        b = b.replace(old, new)
+    f.write_bytes(b)
+    if damage != 'flip': entries[part_name(1)]['bytes'] = len(b)   # the manifest's size agrees: the header must see it
+    msg = DAMAGE[damage].format(got=len(b), want=len(npy_header(rows[2500:].numpy(), 2500 * 2 * 4)) + 1500 * 2 * 4)
+    with pytest.raises(SavedFormatError, match=part_name(1).replace('.', r'\.') + ' ' + msg):
+        load_rows(tmp_path/'t', res, entries, 2, verify, _Count())

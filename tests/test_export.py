@@ -1,6 +1,7 @@
 """`export_onnx`: one ONNX graph from raw columns reproduces `get_preds` on held-out MovieLens rows (unseen users and
 movies, NaN conts, null strings, a multi-hot column) and Adult rows in each string dtype; `export_model`
 (torch.export); `export_triton`'s config; `learn.export` loaded in a fresh Python, and where the package is missing."""
+import errno
 import importlib.util
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 from fastai.tabular.all import FillMissing, Normalize, load_learner
+from helpers.faults import SmallDisk
 import fastai_gpu_tabular
 from fastai_gpu_tabular.all import Categorify, TabularGPU, load_adult, load_movielens_100k, tabular_learner
 from fastai_gpu_tabular.data import BatchDataLoaders
@@ -135,15 +137,21 @@ def test_onnx_batch_sizes(clas):
     np.testing.assert_allclose(one[0], full[7], atol=1e-6)
     np.testing.assert_allclose(rev[::-1], full, atol=1e-6)
 
-def test_onnx_model_alone_takes_loader_batches(regr, tmp_path):
-    "`procs=False`: the model on int32 loader batches (cast in the graph), as `get_preds` on the validation set."
+@pytest.mark.parametrize('cat_dtype', [torch.int64, torch.int32])
+def test_onnx_model_alone_takes_loader_batches(regr, tmp_path, cat_dtype):
+    """`procs=False`: the model on the loader's batches as they come, int64 codes (fastai's) or int32 ones
+    (`cat_dtype=torch.int32`, cast in the graph), as `get_preds` on the validation set."""
     learn, _, _ = regr
-    path = export_onnx(learn, tmp_path/'model.onnx', procs=False)
-    sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
-    with learn.no_bar(): preds,_ = learn.get_preds(ds_idx=1)
-    out = [sess.run(None, {'x_cat': xc.cpu().numpy(), 'x_cont': xn.cpu().numpy()})[0]   # batches: on the device
-           for xc,xn,_ in learn.dls.valid]
-    assert learn.dls.valid.one_batch()[0].dtype == torch.int32
+    loaders = learn.dls.loaders
+    learn.dls.loaders = [dl.new(cat_dtype=cat_dtype) for dl in loaders]   # the module's learner: restored below
+    try:
+        path = export_onnx(learn, tmp_path/'model.onnx', procs=False)
+        sess = ort.InferenceSession(str(path), providers=['CPUExecutionProvider'])
+        with learn.no_bar(): preds,_ = learn.get_preds(ds_idx=1)
+        out = [sess.run(None, {'x_cat': xc.cpu().numpy(), 'x_cont': xn.cpu().numpy()})[0]   # batches: on the device
+               for xc,xn,_ in learn.dls.valid]
+        assert learn.dls.valid.one_batch()[0].dtype == cat_dtype
+    finally: learn.dls.loaders = loaders
     np.testing.assert_allclose(np.concatenate(out), preds.numpy(), atol=1e-5, rtol=0)
 
 def test_export_model_torch_export(clas, tmp_path):
@@ -322,3 +330,64 @@ def test_deploy_bench_suite_small():
     assert res['bag_export']['embedding_bag']['loop'] and not res['bag_export']['masked']['loop']
     assert all(res[k] > 0 for k in res if k.endswith('rows_per_s'))
     assert 'learn.predict' in format_table(res)
+
+def _files(d:Path) -> dict:
+    return {str(f.relative_to(d)): f.read_bytes() for f in sorted(d.rglob('*')) if f.is_file()}
+
+def test_onnx_and_triton_written_all_or_nothing(regr, tmp_path, monkeypatch):
+    """An export over an earlier one that fills the disk (writes raise ENOSPC halfway through the new model) leaves the
+    earlier ONNX file, or Triton model folder, byte for byte, and nothing of its own; one that succeeds replaces the
+    file, and a model folder's config, keeping its other versions."""
+    learn, _, rows = regr
+    p = export_onnx(learn, tmp_path/'m'/'model.onnx')
+    before = p.read_bytes()
+    with SmallDisk(tmp_path/'m', len(before) // 2, monkeypatch), pytest.raises(OSError, match='No space left') as e:
+        export_onnx(learn, p)
+    assert e.value.errno == errno.ENOSPC and p.read_bytes() == before and os.listdir(p.parent) == ['model.onnx']
+    assert e.value.__notes__ == [f'{p} is as it was: this write left nothing there']
+    (tmp_path/'plain').write_bytes(b'')   # the file's permissions are a plain open's (tempfile's: the owner's alone)
+    assert p.stat().st_mode == (tmp_path/'plain').stat().st_mode
+    repo = tmp_path/'repo'
+    d = export_triton(learn, repo, name='m', version=1, list_sep='|')
+    v1 = _files(d)
+    with SmallDisk(repo, len(before) // 2, monkeypatch), pytest.raises(OSError, match='No space left'):
+        export_triton(learn, repo, name='m', version=2, max_batch_size=128, list_sep='|')
+    assert _files(d) == v1 and os.listdir(repo) == ['m']
+    export_triton(learn, repo, name='m', version=2, max_batch_size=128, list_sep='|')
+    v2 = _files(d)
+    assert sorted(v2) == ['1/model.onnx', '2/model.onnx', 'config.pbtxt'] and v2['1/model.onnx'] == v1['1/model.onnx']
+    assert b'max_batch_size: 128' in v2['config.pbtxt'] and os.listdir(repo) == ['m']
+    sess = ort.InferenceSession(str(d/'2'/'model.onnx'), providers=['CPUExecutionProvider'])
+    np.testing.assert_array_equal(sess.run(None, onnx_inputs(rows, sess))[0],
+                                  ort.InferenceSession(str(p), providers=['CPUExecutionProvider']).run(
+                                      None, onnx_inputs(rows, sess))[0])
+
+def test_onnx_weights_beside_a_model_over_2gb(regr, tmp_path, monkeypatch):
+    """Beyond protobuf's 2 GiB (here, the limit lowered: any size) the weights go in a file beside the model, which
+    names it: an export over it leaves the new model's alone, removing the earlier one's and those an export killed
+    before its rename left, but not a live export's (its temporary file held); the predictions are the one file's."""
+    import fastai_gpu_tabular.export as ex
+    from fastai_gpu_tabular.atomic import lock_path
+    learn, one_file, rows = regr
+    monkeypatch.setattr(ex, '_EXTERNAL_BYTES', 0)
+    p = tmp_path/'model.onnx'
+    weights = lambda: sorted(f.name for f in tmp_path.glob('model.onnx.*.data'))
+    export_onnx(learn, p, list_sep='|')
+    first = weights()
+    (tmp_path/'model.onnx.dead.data').write_bytes(b'cut short')   # an export killed before its rename
+    (tmp_path/'.model.onnx.fgt-tmp-live').write_bytes(b'')         # one in progress: its temporary file held
+    (tmp_path/'model.onnx.live.data').write_bytes(b'being written')
+    held = lock_path(tmp_path/'.model.onnx.fgt-tmp-live')
+    export_onnx(learn, p, list_sep='|')
+    second = weights()
+    assert len(first) == 1 and sorted(set(second) - {'model.onnx.live.data'}) != first and len(second) == 2
+    onnx = pytest.importorskip('onnx')
+    named = {e.value for t in onnx.load(str(p), load_external_data=False).graph.initializer
+             for e in t.external_data if e.key == 'location'}
+    assert named == set(second) - {'model.onnx.live.data'}
+    sess, ref = (ort.InferenceSession(str(f), providers=['CPUExecutionProvider']) for f in (p, one_file))
+    np.testing.assert_array_equal(sess.run(None, onnx_inputs(rows, sess))[0], ref.run(None, onnx_inputs(rows, ref))[0])
+    os.close(held)   # that export died: the next one removes what it left
+    monkeypatch.setattr(ex, '_EXTERNAL_BYTES', 2**31 - 2**26)
+    export_onnx(learn, p, list_sep='|')
+    assert weights() == [] and os.listdir(tmp_path) == ['model.onnx']

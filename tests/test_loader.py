@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from fastai.tabular.all import Categorify, FillMissing, TabDataLoader, TabularPandas, default_device
 from helpers.parity import assert_same_batches
 from scipy.stats import chisquare
@@ -55,10 +56,13 @@ def test_get_idxs_and_new(to):
     assert rows_of(rev) == order
 
 def test_unshuffled_batches_are_views(to):
-    "Validation batches are slices of the packed tensors: no copy at all."
-    dl = BatchDataLoader(to.valid, bs=128)
+    """Validation batches are slices of the packed tensors: no copy at all, but the cat codes' cast to int64 (with
+    `cat_dtype=torch.int32`, none)."""
     cats, conts, ys = to.valid.packed()
-    b = next(iter(dl))
+    b = next(iter(BatchDataLoader(to.valid, bs=128)))
+    assert b[1].data_ptr() == conts.data_ptr() and b[2].data_ptr() == ys.data_ptr()
+    assert b[0].dtype == torch.int64 and torch.equal(b[0], cats[:128].long())
+    b = next(iter(BatchDataLoader(to.valid, bs=128, cat_dtype=torch.int32)))
     assert b[0].data_ptr() == cats.data_ptr() and b[1].data_ptr() == conts.data_ptr()
     # and the subsets' packed rows are views of the whole object's: packing happens once, in one buffer
     assert (cats.untyped_storage().data_ptr() == to.packed()[0].untyped_storage().data_ptr()
@@ -88,6 +92,36 @@ def test_batches_match_fastai(df, to):
         assert_same_batches(TabDataLoader(ref_ds, bs=64), BatchDataLoader(ds, bs=64))
     b = BatchDataLoader(to.valid, bs=64).one_batch()
     assert len(b) == 3 and b[2].shape == (64, 1) and b[0].shape == (64, len(to.cat_names))
+
+def test_batches_hold_fastais_dtypes(df, to):
+    """The batches' dtypes are fastai's TabDataLoader's, so that code written against fastai's batches runs on ours:
+    int64 codes (`F.one_hot`, `torch.gather` and `scatter` take no other), float32 conts, equal values; targets are
+    int64 class indices where fastai's are its codes' int8 (a deliberate difference: `F.one_hot(y)` takes ours).
+    `cat_dtype=torch.int32` serves the packed int32 codes instead, which those functions refuse; `new` and `test_dl`
+    keep the loader's choice."""
+    ref = TabularPandas(df.copy(), **kw())
+    rb, ob = next(iter(TabDataLoader(ref.valid, bs=64))), next(iter(BatchDataLoader(to.valid, bs=64)))
+    assert [t.dtype for t in rb] == [torch.int64, torch.float32, torch.int8]
+    assert [t.dtype for t in ob] == [torch.int64, torch.float32, torch.int64]
+    assert torch.equal(ob[0].cpu(), rb[0]) and torch.equal(ob[2].cpu(), rb[2].long())
+    n = len(to.classes['education'])   # what a user does with fastai's batches: the same on ours
+    for x in (rb[0], ob[0]):
+        x = x.cpu()
+        assert torch.equal(F.one_hot(x[:, 1], n), F.one_hot(rb[0][:, 1], n))
+        assert torch.equal(torch.gather(x, 1, x[:, :1] % 2), torch.gather(rb[0], 1, rb[0][:, :1] % 2))
+        assert torch.equal(torch.zeros(64, n, dtype=torch.long).scatter(1, x[:, 1:], 1), F.one_hot(rb[0][:, 1], n))
+    assert torch.equal(F.one_hot(ob[2][:, 0].cpu(), 2), F.one_hot(rb[2][:, 0].long(), 2))
+    with pytest.raises(RuntimeError, match='one_hot is only applicable to index tensor'): F.one_hot(rb[2][:, 0])
+    dl = BatchDataLoader(to.valid, bs=64, cat_dtype=torch.int32)
+    b = next(iter(dl))
+    assert b[0].dtype == torch.int32 and torch.equal(b[0].cpu().long(), rb[0])
+    with pytest.raises(RuntimeError, match='one_hot is only applicable to index tensor'): F.one_hot(b[0][:, 1].cpu())
+    assert dl.new(bs=32).one_batch()[0].dtype == torch.int32
+    dls = to.dataloaders(bs=64, cat_dtype=torch.int32)
+    assert dls.test_dl(df.iloc[:100]).one_batch()[0].dtype == torch.int32
+    assert to.dataloaders(bs=64).test_dl(df.iloc[:100]).one_batch()[0].dtype == torch.int64
+    with pytest.raises(ValueError, match='cat_dtype must be torch.int64'):
+        BatchDataLoader(to.valid, cat_dtype=torch.int16)
 
 def test_weighted_sampling(to):
     """wgts: shuffled epochs draw rows with replacement by weight (fastai's TabWeightedDL), on the device. 100 rows of

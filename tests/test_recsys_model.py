@@ -365,3 +365,22 @@ def test_sparse_bag_grad_lists_only_rows_the_batch_holds(mode):
     assert torch.equal(w[0], w0[0]) and not torch.equal(w[1], w0[1])
     empty = torch.full((3, 2), -1)
     assert torch.equal(bag_lookup(empty, w, mode, sparse=True), torch.zeros(3, 4, dtype=torch.float64))
+
+@pytest.mark.parametrize('kind', ['plain', 'fused', 'sparse', 'fused_sparse'])
+def test_model_takes_int64_and_int32_codes(dls, kind):
+    """The loader's int64 codes (fastai's) and `cat_dtype=torch.int32`'s packed ones give the same outputs and the same
+    gradients, through plain and fused tables, dense and sparse, with the genres bag: one lookup, whatever the dtype."""
+    kw = dict(fused=kind.startswith('fused'), sparse=kind.endswith('sparse'))
+    set_seed(0)
+    learn = tabular_learner(dls, layers=[16], **kw)
+    b = dls.valid.one_batch()
+    b32 = dls.valid.new(cat_dtype=torch.int32).one_batch()
+    assert b[0].dtype == torch.int64 and b32[0].dtype == torch.int32 and torch.equal(b[0], b32[0].long())
+    model, outs = learn.model.to(b[0].device), []   # where the loaders' batches are
+    for x in (b, b32):
+        model.zero_grad()
+        out = model(x[0], x[1])
+        out.sum().backward()
+        outs.append((out.detach(), [p.grad.to_dense() if p.grad.is_sparse else p.grad
+                                    for p in model.parameters() if p.grad is not None]))
+    assert torch.equal(outs[0][0], outs[1][0]) and all(torch.equal(g, h) for g,h in zip(outs[0][1], outs[1][1]))

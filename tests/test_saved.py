@@ -1,6 +1,7 @@
 """`TabularGPU.save`/`load`: the processed rows and procs' state as plain data. A loaded Tabular against the one saved
 and fastai's TabularPandas on Adult, MovieLens (a multi-hot genres column, NaN filled) and flights (a Timestamp
 vocabulary); loaded in a fresh process where unpickling fails; damaged files, versions and bad state named."""
+import errno
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ from fastai.tabular.all import (
     tabular_learner,
 )
 from helpers.fake_device import CHILD_PRELUDE
+from helpers.faults import SmallDisk, run_child
 from helpers.parity import assert_same_batches, assert_same_processing, build_both, fastai_valid_batches
 import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU
@@ -236,6 +238,15 @@ def test_altered_file_is_named(saved, name):
     with pytest.raises(SavedFormatError, match=name.replace('.', r'\.') + " does not match the sha256"):
         TabularGPU.load(saved)
     if name.startswith('train/part'): TabularGPU.load(saved, verify=False)   # sizes and headers are still checked
+
+@pytest.mark.parametrize('name', ['train/part.00001.npy', 'index.npy'])
+def test_a_fast_load_checks_the_headers(saved, name):
+    """`verify=False`, the documented fast load, hashes nothing: a header altered in place (the dtype, the file's size
+    as saved) is refused by the header's own check, naming the file (tests/test_chunks.py: each of its checks)."""
+    f, (old, new, dt) = saved/name, (("'<i4'", "'<u4'", 'int32') if 'part' in name else ("'<i8'", "'<u8'", 'int64'))
+    f.write_bytes(f.read_bytes().replace(old.encode(), new.encode()))
+    with pytest.raises(SavedFormatError, match=name.replace('.', r'\.') + rf" holds u{dt} \(.*\) values, not the {dt}"):
+        TabularGPU.load(saved, verify=False, progress=False)
 
 def test_missing_file_and_manifest(saved):
     (saved/'train'/'part.00000.npy').unlink()
@@ -478,3 +489,178 @@ def test_files_saved_with_plain_headers_load(saved):
     _flip(saved/'valid'/'part.00000.npy', 200)
     with pytest.raises(SavedFormatError, match=r"valid/part\.00000\.npy does not match the sha256"):
         TabularGPU.load(saved)
+
+# --- a save is all or nothing -----------------------------------------------------------------------------------------
+# A child Python saves `new` over `old` once to record the steps the save takes under the folder's parent, then, for
+# each step k, saves it again in a forked child killed before step k (tests/helpers/faults.py), loads the folder,
+# and saves `old` over whatever the kill left, as a user would save again.
+_KILLS = """
+import json, shutil, sys
+from pathlib import Path
+import torch
+torch.set_num_threads(1)   # no OpenMP team: the save forks
+sys.path.insert(0, sys.argv[2])
+from helpers.faults import install, killed_at, steps
+from fastai.tabular.all import Categorify, CategoryBlock, FillMissing, Normalize, RandomSplitter, range_of
+from fastai_gpu_tabular.all import TabularGPU
+from fastai_gpu_tabular.datasets import load_adult
+install()
+df = load_adult()
+def build(rows, seed):
+    d = df.sample(rows, random_state=seed)   # row labels in no range: an index.npy too
+    return TabularGPU(d, procs=[Categorify, FillMissing, Normalize], cat_names=['workclass', 'education'],
+                      cont_names=['age', 'fnlwgt'], y_names='income', y_block=CategoryBlock(),
+                      splits=RandomSplitter(seed=0)(range_of(d)))
+old, new = build(600, 1), build(1000, 2)
+root = Path(sys.argv[1])
+path = root/'saved'
+save = lambda to: to.save(path, chunk_rows=256, progress=False)
+def which():
+    "Which Tabular the folder holds: 'old', 'new', 'mix' (parts of both) or why it holds neither."
+    try: t = TabularGPU.load(path, progress=False)
+    except Exception as e: return f'neither: {type(e).__name__}: {e}'
+    got = t.packed_rows('cpu')[0], list(t.row_index), {n: list(t.classes[n]) for n in t.cat_names}, t.split
+    for name,to in (('old', old), ('new', new)):
+        want = to.packed_rows('cpu')[0], list(to.row_index), {n: list(to.classes[n]) for n in to.cat_names}, to.split
+        if torch.equal(got[0], want[0]) and got[1:] == want[1:]: return name
+    return 'mix'
+others = lambda: sorted(p.name for p in root.iterdir() if p.name != 'saved')
+def again():
+    "Save `old` over what the kill left, as a user would: None, or its error (and the folder then made anew)."
+    try: save(old)
+    except Exception as e:
+        shutil.rmtree(path)
+        save(old)
+        return f'{type(e).__name__}: {e}'
+save(old)
+taken = steps(lambda: save(new), root)
+save(old)
+res = []
+for k,step in enumerate(taken):
+    killed = killed_at(lambda: save(new), root, k)
+    got, left = which(), others()
+    res.append(dict(step=step, killed=killed, got=got, left=left, again=again(), after=which(), cleared=others()))
+print(json.dumps(res))
+"""
+
+def test_a_save_killed_at_any_step_leaves_the_earlier_or_the_new(tmp_path):
+    """SIGKILLed before each step a save over an earlier one takes (opening a file, a rename, a removal, a new folder):
+    the folder loads as the earlier save or the new one, never neither and never a mix, earlier until one step and new
+    from it on; the next save replaces what the kill left and clears its debris."""
+    tests = str(Path(__file__).parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(tests).parent), os.environ.get('PYTHONPATH', '')]))
+    res = run_child([sys.executable, '-c', CHILD_PRELUDE + _KILLS, str(tmp_path), tests], timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    kills = json.loads(res.stdout.splitlines()[-1])
+    assert len(kills) >= 20 and all(k['killed'] for k in kills), kills   # rows files, manifest, renames, removals
+    got = [k['got'] for k in kills]
+    assert set(got) <= {'old', 'new'}, [k for k in kills if k['got'] not in ('old', 'new')][:3]
+    first = got.index('new')   # the one step that commits
+    assert got[:first] == ['old'] * first and got[first:] == ['new'] * (len(got) - first) and first > 5, got
+    assert all(k['again'] is None and k['after'] == 'old' and k['cleared'] == [] for k in kills), kills
+    assert any(k['left'] for k in kills)   # the debris the next save cleared
+
+@pytest.mark.parametrize('share', [0., 0.3, 0.7, 0.99])
+def test_a_save_that_fills_the_disk_keeps_the_earlier(adult, tmp_path, monkeypatch, share):
+    """A save over an earlier one runs out of disk after `share` of its bytes (writes raise ENOSPC, as a full disk's
+    do): the error is the disk's, naming it; the earlier save loads as it was, and nothing of the new one is left."""
+    old, new = (TabularGPU(adult.iloc[a:b], procs=[Categorify, FillMissing, Normalize], **ADULT) for a,b in
+                ((0, 3000), (3000, 8000)))
+    d = tmp_path/'disk'
+    old.save(d/'s', chunk_rows=1000, progress=False)
+    new.save(tmp_path/'size', chunk_rows=1000, progress=False)
+    size = sum(f.stat().st_size for f in (tmp_path/'size').rglob('*') if f.is_file())
+    with SmallDisk(d, share * size, monkeypatch), pytest.raises(OSError, match='No space left on device') as e:
+        new.save(d/'s', chunk_rows=1000, progress=False)
+    assert e.value.errno == errno.ENOSPC and str(d) in str(e.value)
+    assert e.value.__notes__ == [f"{d/'s'} is as it was: this write left nothing there"]
+    assert [p.name for p in d.iterdir()] == ['s']   # the new save's files are gone
+    loaded = TabularGPU.load(d/'s', progress=False)
+    assert torch.equal(loaded.packed_rows('cpu')[0], old.packed_rows('cpu')[0])
+    assert list(loaded.row_index) == list(old.row_index)
+
+_FULL_TMPFS = """
+import errno, json, sys
+from pathlib import Path
+import torch
+from fastai_gpu_tabular.all import TabularGPU
+disk, old, new = (Path(a) for a in sys.argv[1:])
+old, new = (TabularGPU.load(p, progress=False) for p in (old, new))
+old.save(disk/'s', progress=False)
+try:
+    new.save(disk/'s', progress=False)
+    err = None
+except OSError as e: err = [e.errno, str(e)]
+loaded = TabularGPU.load(disk/'s', progress=False).packed_rows('cpu')[0]
+print(json.dumps(dict(err=err, old=torch.equal(loaded, old.packed_rows('cpu')[0]),
+                      left=sorted(p.name for p in disk.iterdir()))))
+"""
+
+def test_a_save_into_a_full_tmpfs_keeps_the_earlier(adult, tmp_path):
+    """A real full disk: a tmpfs that holds the earlier save and half the new one (mounted in a mount namespace of a
+    child process, so nothing outside it sees the mount). The save fails with the disk's ENOSPC, naming it; the
+    earlier save loads as it was, and nothing of the new one is left."""
+    unshare = shutil.which('unshare')
+    probe = unshare and subprocess.run([unshare, '-rm', 'true'], capture_output=True)
+    if not probe or probe.returncode:
+        pytest.skip('no user and mount namespaces here (`unshare -rm`): the patched ENOSPC test covers the logic')
+    for name,(a,b) in (('old', (0, 10000)), ('new', (10000, len(adult)))):
+        TabularGPU(adult.iloc[a:b], procs=[Categorify, FillMissing, Normalize], **ADULT).save(tmp_path/name,
+                                                                                            progress=False)
+    # a tmpfs gives each file whole pages: room for the earlier save's and for half the new one's, which is less than
+    # the whole of the new one (4x the rows): a save that removed the earlier first would not fit either
+    pages = lambda d: sum(-(-f.stat().st_size // 4096) for f in (tmp_path/d).rglob('*') if f.is_file())
+    disk, size = tmp_path/'disk', (pages('old') + pages('new') // 2) * 4096
+    assert size < pages('new') * 4096
+    disk.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent),
+                                                      os.environ.get('PYTHONPATH', '')]))
+    script = f'mount -t tmpfs -o size={size} tmpfs "$1" && exec "$4" -c "$5" "$1" "$2" "$3"'
+    res = run_child([unshare, '-rm', 'sh', '-c', script, 'sh', str(disk), str(tmp_path/'old'), str(tmp_path/'new'),
+                     sys.executable, CHILD_PRELUDE + _FULL_TMPFS], timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.splitlines()[-1])
+    assert got['err'] is not None and got['err'][0] == errno.ENOSPC and 'No space left on device' in got['err'][1]
+    assert got['old'] and got['left'] == ['s']
+
+def test_a_failed_save_over_an_earlier_leaves_it(adult, tmp_path, monkeypatch):
+    """A TypeError inside the save (row labels that are strings: found only as the index is written) leaves the earlier
+    save and no debris; a folder's other files stay through a save; where folders cannot be swapped in one step
+    (`exchange` unavailable: not Linux, or a file system without it), two renames replace the save as well, and a load
+    between them names the whole save left beside the folder."""
+    from fastai_gpu_tabular import atomic
+    old = TabularGPU(adult.iloc[:2000], procs=[Categorify, FillMissing, Normalize], **ADULT)
+    old.save(tmp_path/'s', progress=False)
+    (tmp_path/'s'/'notes.txt').write_text('mine')
+    labelled = adult.iloc[2000:4000].set_index(adult.iloc[2000:4000].index.astype(str))
+    bad = TabularGPU(labelled, procs=[Categorify, FillMissing, Normalize], **ADULT)
+    with pytest.raises(TypeError, match="row index holds"): bad.save(tmp_path/'s', progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['s']
+    assert torch.equal(TabularGPU.load(tmp_path/'s', progress=False).packed_rows('cpu')[0], old.packed_rows('cpu')[0])
+    monkeypatch.setattr(atomic, 'exchange', lambda a, b: False)
+    new = TabularGPU(adult.iloc[2000:4000], procs=[Categorify, FillMissing, Normalize], **ADULT)
+    new.save(tmp_path/'s', progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['s'] and (tmp_path/'s'/'notes.txt').read_text() == 'mine'
+    (tmp_path/'plain').mkdir()   # the folder's permissions are a plain mkdir's (tempfile's would be the owner's alone)
+    assert (tmp_path/'s').stat().st_mode == (tmp_path/'plain').stat().st_mode
+    (tmp_path/'plain').rmdir()
+    assert torch.equal(TabularGPU.load(tmp_path/'s', progress=False).packed_rows('cpu')[0], new.packed_rows('cpu')[0])
+    (tmp_path/'s').rename(tmp_path/'.s.fgt-tmp-x')   # as a kill between those two renames leaves it: named
+    with pytest.raises(SavedFormatError, match=r"fgt-tmp-x holds a whole one that a save cut short left: rename it"):
+        TabularGPU.load(tmp_path/'s')
+
+def test_a_load_while_saved_over_is_refused(adult, tmp_path, monkeypatch):
+    """A save that replaces the folder while a load reads it (here: between the manifest and the rows files, with
+    `verify=False`, whose size and header checks the new files of the same shape pass) makes the load fail, naming
+    the folder, rather than mix the earlier manifest with the new rows."""
+    import fastai_gpu_tabular.saved as saved
+    a, b = (TabularGPU(adult.iloc[r], procs=[Categorify, FillMissing, Normalize],
+                       splits=(range(1500), range(1500, 2000)), **ADULT) for r in (slice(0, 2000), slice(2000, 4000)))
+    a.save(tmp_path/'s', progress=False)
+    load_rows = saved.load_rows
+    def saved_over(*args, **kwargs):
+        b.save(tmp_path/'s', progress=False)
+        return load_rows(*args, **kwargs)
+    monkeypatch.setattr(saved, 'load_rows', saved_over)
+    with pytest.raises(SavedFormatError, match=r"/s was saved over while it loaded: load it again"):
+        TabularGPU.load(tmp_path/'s', verify=False, progress=False)

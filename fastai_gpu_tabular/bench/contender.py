@@ -23,7 +23,8 @@ from .machine import MB, GPUMeter, RSSMeter, sync
 from .report import ratio
 from .timing import bare_epoch, gather_bandwidth, time_loader
 
-__all__ = ['CONTENDERS', 'OPTIONAL', 'NEED_CUDF', 'cpu_fallbacks', 'run_contender', 'held_memory', 'worker']
+__all__ = ['CONTENDERS', 'OPTIONAL', 'NEED_CUDF', 'cpu_fallbacks', 'run_contender', 'held_memory', 'batch_bytes',
+           'worker']
 
 CONTENDERS = ('stock_weighted', 'stock_shuffle', 'gpu_pandas', 'gpu_cudf', 'stock_cudf_pandas')
 OPTIONAL = ('gpu_cudf_rmm',)   # run only when asked for (`--rmm-torch`)
@@ -181,7 +182,21 @@ def _loaders(name, opts, ctx, dls, res):
         d = time_loader(dl, opts.epochs_loader, opts.warmup_epochs, opts.max_loader_s, ctx.device, opts.stat, bare)
         res['loader_detail'][str(bs)],res['loader_rows_per_s'][str(bs)] = d,d['rows_per_s']
         _log(name, f'loader bs={bs}: {d["rows_per_s"]:,.0f} rows/s ({d["method"]}, {d["seconds"]:.1f} s timed)')
+        if ts: d['int32_codes'] = _int32_codes(dl, d, opts, ctx)
     res['loader_capped'] = any(d.get('capped') for d in res['loader_detail'].values())
+
+def batch_bytes(b) -> int:
+    "Bytes a batch holds: its tensors' storages (the views of one gather share one)."
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in b}.values())
+
+def _int32_codes(dl, d:dict, opts, ctx) -> dict:
+    """What fastai's int64 codes cost a `BatchDataLoader`: the same loader serving the packed int32 codes
+    (`cat_dtype=torch.int32`), timed as `dl` was just now, and the bytes of a batch of each."""
+    import torch
+    dl32 = dl.new(cat_dtype=torch.int32)
+    d32 = time_loader(dl32, opts.epochs_loader, opts.warmup_epochs, opts.max_loader_s, ctx.device, opts.stat)
+    return {'rows_per_s': d32['rows_per_s'], 'int64_vs_int32_rows_per_s': ratio(d['rows_per_s'], d32['rows_per_s']),
+            'batch_bytes': batch_bytes(next(iter(dl))), 'batch_bytes_int32': batch_bytes(next(iter(dl32)))}
 
 def cpu_fallbacks(build) -> dict:
     "`{operation: calls}` of the pandas operations cudf.pandas ran on the CPU during `build()` (its profiler's record)."

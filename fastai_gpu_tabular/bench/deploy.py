@@ -52,7 +52,7 @@ def _bag_export_ms(learn, bs, reps, threads):
     g = torch.Generator().manual_seed(0)
     cats,conts = learn.dls.train_ds.packed('cpu')[:2]
     idx = torch.randint(0, len(cats), (bs,), generator=g)
-    feed = {'x_cat': cats[idx].numpy(), 'x_cont': conts[idx].numpy()}
+    feed = {'x_cat': cats[idx].to(learn.dls.train.cat_dtype).numpy(), 'x_cont': conts[idx].numpy()}   # as served
     res,outs = {},{}
     with tempfile.TemporaryDirectory() as d:
         for how in ('masked', 'embedding_bag'):

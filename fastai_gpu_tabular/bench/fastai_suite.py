@@ -16,7 +16,8 @@ The JSON it writes (schema_version 1; sizes in MB = 2**20 bytes, batch sizes as 
                  gpu_after_dataloaders_mb, gpu_resident_vs_packed, etl_peak_gpu_mb,
                  cpu_fallbacks{operation: CPU calls} (stock_cudf_pandas), loader_rows_per_s{bs: rows/s},
                  loader_detail{bs: {rows_per_s, method, capped, epochs, epoch_rows_per_s, mean_rows_per_s,
-                 bare_ns_per_row, overhead_ns_per_row, loader_vs_bare, ...}}, loader_capped,
+                 bare_ns_per_row, overhead_ns_per_row, loader_vs_bare, int32_codes{rows_per_s,
+                 int64_vs_int32_rows_per_s, batch_bytes, batch_bytes_int32} (packed loaders), ...}}, loader_capped,
                  batch[[shape, dtype, device]], gather_bandwidth{bs: {...}}, train_rows_per_s, train_s, train_rows,
                  train_bs, train_loss, valid_s, valid_auc, end_to_end_s, model{...}, wall_s, cpu_s, loadavg_start,
                  loadavg_end}}
@@ -164,6 +165,14 @@ def format_table(res:dict) -> str:
     for bs in bss:   # the loader against bare `index_select`s of the same packed rows: the gather's floor
         share = [cs[n].get('loader_detail', {}).get(bs, {}).get('loader_vs_bare') for n in names]
         if any(share): rows.append([f'loader / bare index_select rows/s bs={bs}'] + [fmt(x, 'x') for x in share])
+    for bs in bss:   # fastai's int64 codes (the default) against the packed int32 ones (`cat_dtype=torch.int32`)
+        c32 = [cs[n].get('loader_detail', {}).get(bs, {}).get('int32_codes') or {} for n in names]
+        if not any(c32): continue
+        rows.append([f'loader rows/s bs={bs}, int32 codes'] + [fmt(c.get('rows_per_s')) for c in c32])
+        rows.append([f'int64 / int32 codes rows/s bs={bs}'] + [fmt(c.get('int64_vs_int32_rows_per_s'), 'x')
+                                                              for c in c32])
+        rows.append([f'batch MB int64 / int32 codes bs={bs}'] + [
+            f"{c['batch_bytes'] / 2**20:.2f} / {c['batch_bytes_int32'] / 2**20:.2f}" if c else '-' for c in c32])
     rows += [['train rows/s (1 epoch)'] + [fmt(cs[n].get('train_rows_per_s')) for n in names],
              ['end to end s (load, build, loaders, epoch, preds)'] + [fmt(cs[n].get('end_to_end_s')) for n in names],
              ['valid AUC'] + [fmt(cs[n].get('valid_auc'), 'num') if cs[n].get('valid_auc') is None

@@ -94,8 +94,9 @@ def row_checksum(rows) -> int:
     return int((h ^ (h >> 32)).sum()) % 2**64
 
 def batch_checksum(b) -> int:
-    "`row_checksum` of a batch `(cats, conts[, ys])`, its tensors' bits side by side."
+    "`row_checksum` of a batch `(cats, conts[, ys])`, its tensors' bits side by side, the codes as packed (int32)."
     import torch
+    b = (b[0].to(torch.int32), *b[1:])   # a loader serves them as int64, fastai's
     return row_checksum(torch.cat([t.view(torch.int32).reshape(len(t), -1) for t in b], 1))
 
 def chunks_checksum(chunks, piece_rows=1 << 20) -> tuple:

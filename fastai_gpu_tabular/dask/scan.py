@@ -17,6 +17,7 @@ columns uncompressed (cat columns as 1-4 byte codes)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import weakref
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..atomic import lock_path
 from ..backend import (
     arrow_strings,
     codes_dtype,
@@ -283,11 +285,17 @@ def save_remaps(path, j:int, remaps:list, arrays:list):
 
 # --- the cache read back -------------------------------------------------------------------------------------------
 class CacheDir:
-    "The cache's folder, removed when the last reader of it is gone (a pickled copy, in another process, owns nothing)."
+    """The cache's folder, removed when the last reader of it is gone (a pickled copy, in another process, owns
+    nothing). Its owner holds a lock on it meanwhile (`atomic.lock_path`), so that the next ETL into `chunk_dir`
+    removes the caches of ETLs that died, and no live one."""
     def __init__(self, path, owner:bool=True):
         self.path = Path(path)
-        if owner: weakref.finalize(self, shutil.rmtree, str(path), True)
+        if owner: weakref.finalize(self, _drop_cache, str(path), lock_path(path))
     def __reduce__(self): return type(self), (str(self.path), False)
+
+def _drop_cache(path:str, held:int|None):
+    shutil.rmtree(path, True)
+    if held is not None: os.close(held)
 
 class CachedColumn(NamedTuple):
     "How a cached column is read: `store` ('values', 'codes', 'lists'), and what it becomes."

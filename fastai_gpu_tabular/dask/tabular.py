@@ -4,7 +4,9 @@ processing then writes each partition's packed rows to `.npy` chunks, and `datal
 fit."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import shutil
 import tempfile
 import weakref
@@ -22,6 +24,7 @@ from fastai.torch_core import default_device, display_df
 from fastcore.foundation import L
 from fasttransform import Pipeline
 
+from ..atomic import clear_unheld, lock_path
 from ..backend import (
     backend_of,
     float_casts,
@@ -169,13 +172,39 @@ class TabularDask(TabularGPU):
         self._packed, self._parent, self.subset_idx, self.chunks = {}, None, None, None
         self.chunk_dir = Path(chunk_dir) if chunk_dir is not None else Path(tempfile.mkdtemp(prefix='fgt-chunks-'))
         if chunk_dir is None: weakref.finalize(self, shutil.rmtree, str(self.chunk_dir), True)
+        self._claim_fd = None   # the lock on `chunk_dir` while this object's ETL writes there (`_claim`)
         set_procs(self, meta, names, procs, y_block, do_setup, device)
         self._raw_columns = raw_columns(procs, *names)   # numbers the shrink leaves as they are
-        with dask_progress('TabularDask scan', None, progress): self.items, self.scan = self._scan(items, reduce_memory)
-        self.float_dtypes = float_dtypes(self.items._meta, cat_names + cont_names + y_names)   # as `TabularGPU` keeps
-        if do_setup: check_rows(int(self.scan.rows.sum()))
-        self.split = int(self.scan.rows[0])
-        if do_setup: self.setup()
+        with self._claim():   # the scan to the write: another ETL into `chunk_dir` meanwhile would mix its chunks
+            with dask_progress('TabularDask scan', None, progress):
+                self.items, self.scan = self._scan(items, reduce_memory)
+            self.float_dtypes = float_dtypes(self.items._meta, cat_names + cont_names + y_names)   # as `TabularGPU`
+            if do_setup: check_rows(int(self.scan.rows.sum()))
+            self.split = int(self.scan.rows[0])
+            if do_setup: self.setup()
+
+    @contextlib.contextmanager
+    def _claim(self):
+        """Hold `chunk_dir` while this object's ETL writes there (a lock, which goes with the process): another ETL into
+        it meanwhile, in this process or another, is an error, not chunks of both. Taking it, remove what ETLs that
+        died left there: their scans' caches (a live object holds its own) and unfinished chunks."""
+        if self._claim_fd is not None:   # already held: the scan's claim, around the set-up and the write
+            yield
+            return
+        self.chunk_dir.mkdir(parents=True, exist_ok=True)
+        try: self._claim_fd = lock_path(self.chunk_dir, wait=False)
+        except BlockingIOError:
+            raise RuntimeError(f"chunk_dir {str(self.chunk_dir)!r} is in use: another TabularDask's ETL (in this "
+                               "process or another) writes there now, and two would mix their chunks. Give each ETL "
+                               "its own chunk_dir") from None
+        try:
+            clear_unheld(self.chunk_dir, 'scan-*')
+            if not (self.chunk_dir/'train'/'chunks.json').exists():   # unfinished: a write cut short
+                for sub in ('train', 'valid'): shutil.rmtree(self.chunk_dir/sub, ignore_errors=True)
+            yield
+        finally:
+            if self._claim_fd is not None: os.close(self._claim_fd)
+            self._claim_fd = None
 
     def _has_classes(self, y:str, dtype) -> bool:
         "Whether a proc reads target `y`'s classes (Categorize, TargetEncode of classes): the scan counts its values."
@@ -298,6 +327,7 @@ class TabularDask(TabularGPU):
         res = object.__new__(type(self))
         res.__dict__.update(self.__dict__)
         res.subset_idx, res._parent, res._packed, res.split = i, self, {}, int(self.scan.rows[i])
+        res._claim_fd = None   # the whole object's, not the subset's to release
         res.items = res.cols(list(self.items.columns))
         res.chunks = self.chunks[i] if self.chunks is not None else None
         return res
@@ -369,20 +399,22 @@ class TabularDask(TabularGPU):
             self.scan = dataclasses.replace(self.scan, train=cache.training(names, rows), learners=learners)
 
     def setup(self):
-        with self._progress('setup'):
+        with self._claim(), self._progress('setup'):
             self._before_procs(setup=True)
             self._hold_training_conts()
             self.procs.setup(self)
             self.scan = dataclasses.replace(self.scan, train=None, learners=())   # its memory back before the write
             self._write()
     def process(self):
-        with self._progress('process'): self._before_procs(); self.procs(self); self._write()
+        with self._claim(), self._progress('process'): self._before_procs(); self.procs(self); self._write()
     def _progress(self, what):
         return dask_progress(f'TabularDask {what}', int(self.scan.rows.sum()), getattr(self, 'progress', True))
 
     # --- packing into chunks ----------------------------------------------------------------------------------------
     def _write(self):
-        "Pack each processed partition and write its rows: `chunk_dir`/train and /valid, a file a partition."
+        """Pack each processed partition and write its rows: `chunk_dir`/train and /valid, a file a partition. train's
+        `chunks.json` goes first and comes last: where it is, train/ and valid/ hold one finished write's chunks."""
+        for sub in ('train', 'valid'): (self.chunk_dir/sub/'chunks.json').unlink(missing_ok=True)
         for sub in ('train', 'valid'):
             d = self.chunk_dir/sub
             if d.exists(): shutil.rmtree(d)
@@ -398,8 +430,8 @@ class TabularDask(TabularGPU):
                         for i,p in enumerate(parts)])
         first = res[0]
         files = lambda sub: [(part_name(i), getattr(r, f'n_{sub}')) for i,r in enumerate(res)]
-        self.chunks = tuple(PackedChunks.write(self.chunk_dir/sub, files(sub), first.layout, first.width)
-                            for sub in ('train', 'valid'))
+        valid = PackedChunks.write(self.chunk_dir/'valid', files('valid'), first.layout, first.width)
+        self.chunks = PackedChunks.write(self.chunk_dir/'train', files('train'), first.layout, first.width), valid
         rows = np.array([(r.n_train, r.n_valid) for r in res], dtype=np.int64).sum(0)
         self.scan = dataclasses.replace(self.scan, rows=rows)
 

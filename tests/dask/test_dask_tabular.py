@@ -1,5 +1,12 @@
 """`TabularGPU` over a Dask frame against fastai's `TabularPandas` (and our in-memory `TabularGPU`) on the same rows:
 the learned state bit for bit, the packed rows, test_dl/predict/export, and the errors."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,6 +27,8 @@ from fastai.tabular.all import (
     load_learner,
     tabular_learner,
 )
+from helpers.fake_device import CHILD_PRELUDE
+from helpers.faults import run_child
 from fastai_gpu_tabular.all import BatchDataLoaders, Categorify, TabularDask, TabularGPU
 
 @pytest.fixture(autouse=True)
@@ -267,3 +276,112 @@ def test_vocab_index_shared_by_threads():
             dprocs._INDEXES.pop(proc, None)
             for got in ex.map(lambda _: dprocs._categorify_part(proc, 'flag', col), range(2)):
                 np.testing.assert_array_equal(got.to_numpy(), want)
+
+# --- chunk_dir: a killed ETL's debris, and two ETLs at once -----------------------------------------------------------
+_ETL_KILLS = """
+import gc, json, sys
+from pathlib import Path
+import torch
+torch.set_num_threads(1)   # no OpenMP team, and Dask's sync scheduler: the ETL forks
+sys.path.insert(0, sys.argv[2])
+from helpers.faults import install, killed_at, steps
+import dask, dask.dataframe as dd
+from fastai.tabular.all import CategoryBlock, FillMissing, Normalize
+from fastai_gpu_tabular.all import Categorify, PackedChunks, TabularGPU
+from fastai_gpu_tabular.datasets import load_adult
+install()
+dask.config.set(scheduler='sync')
+df = load_adult().iloc[:6000].copy()
+df['is_valid'] = df.index % 5 == 0
+ddf = dd.from_pandas(df, npartitions=4)
+root = Path(sys.argv[1])
+etl = lambda d: TabularGPU(ddf, procs=[Categorify, FillMissing, Normalize], cat_names=['workclass', 'education'],
+                           cont_names=['age', 'fnlwgt'], y_names='income', y_block=CategoryBlock(), splits='is_valid',
+                           chunk_dir=d, progress=False)
+rows = lambda d: torch.cat([PackedChunks(d/s).load() for s in ('train', 'valid')])
+done = etl(root/'clean')
+taken = steps(lambda: etl(root/'clean'), root/'clean')   # over a finished ETL (its object alive), as each kill below
+want = rows(root/'clean')
+last = lambda f: max(i for i,s in enumerate(taken) if f(s))
+first = lambda f: min(i for i,s in enumerate(taken) if f(s))
+made = lambda s: s.startswith(('open(w)', 'os.rename'))
+points = {'scan starts': first(lambda s: '/scan-' in s),
+          'scan writes its cache': last(lambda s: made(s) and '.bin' in s),
+          'write starts': first(lambda s: '/train/part.' in s),
+          "valid's list": first(lambda s: made(s) and '/valid/' in s and 'chunks.json' in s),
+          "train's list": last(lambda s: made(s) and '/train/' in s and 'chunks.json' in s)}
+c = root/'c'
+to = etl(c)   # every kill below is of an ETL into a chunk_dir that holds a finished one
+res = {}
+for name,k in points.items():
+    r = res[name] = dict(killed=killed_at(lambda: etl(c), c, k), finished=(c/'train'/'chunks.json').exists())
+    try: r['rows'] = 'same' if torch.equal(rows(c), want) else 'other'
+    except Exception as e: r['rows'] = f'{type(e).__name__}: {e}'
+    to = etl(c)   # run again: it removes what the kill left
+    gc.collect()
+    r.update(again=torch.equal(rows(c), want), scans=len(list(c.glob('scan-*'))),
+             left=sorted(p.name for p in c.iterdir() if not p.name.startswith('scan-')))
+print(json.dumps(res))
+"""
+
+def test_a_killed_etl_is_not_taken_for_a_finished_one(tmp_path):
+    """A Dask ETL into a named chunk_dir that holds a finished one, SIGKILLed in its scan or its write: killed in the
+    scan, the chunks are the earlier ETL's, whole; in the write, train/ is refused as unfinished (its chunks.json goes
+    first and comes last), never read as a finished one. The next ETL into the folder removes the dead one's scan cache
+    and unfinished chunks, and gives the rows of a clean run, bit for bit."""
+    tests = str(Path(__file__).parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(tests).parent), os.environ.get('PYTHONPATH', '')]))
+    res = run_child([sys.executable, '-c', CHILD_PRELUDE + _ETL_KILLS, str(tmp_path), tests], timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    kills = json.loads(res.stdout.splitlines()[-1])
+    for name,k in kills.items():
+        assert k['killed'] and k['again'] and k['scans'] == 1, (name, k)   # the live object's cache only
+        assert k['left'] == ['train', 'valid'], (name, k)
+        if name.startswith('scan'): assert k['finished'] and k['rows'] == 'same', (name, k)
+        else: assert not k['finished'] and 'holds no finished chunks' in k['rows'], (name, k)
+
+_ETL_PAUSED = """
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from helpers.faults import install, pause_at
+import dask, dask.dataframe as dd
+from fastai.tabular.all import CategoryBlock, FillMissing, Normalize
+from fastai_gpu_tabular.all import Categorify, TabularGPU
+from fastai_gpu_tabular.datasets import load_adult
+install()
+df = load_adult().iloc[:6000].copy()
+df['is_valid'] = df.index % 5 == 0
+c = Path(sys.argv[1])
+pause_at(c, '/train/part.')   # its first rows file: the scan and the set-up done
+with dask.config.set(scheduler='sync'):
+    TabularGPU(dd.from_pandas(df, npartitions=4), procs=[Categorify, FillMissing, Normalize],
+               cat_names=['workclass', 'education'], cont_names=['age', 'fnlwgt'], y_names='income',
+               y_block=CategoryBlock(), splits='is_valid', chunk_dir=c, progress=False)
+print('done', flush=True)
+"""
+
+def test_two_etls_into_one_chunk_dir_at_once(adult, tmp_path):
+    """An ETL into a chunk_dir another process's ETL is writing (stopped at its first rows file) fails at once, naming
+    the folder, instead of mixing chunks; the other then finishes with the rows of a clean run."""
+    from fastai_gpu_tabular.all import PackedChunks
+    tests, c = str(Path(__file__).parents[1]), tmp_path/'c'
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(tests).parent), os.environ.get('PYTHONPATH', '')]))
+    df = adult.iloc[:6000].copy()
+    df['is_valid'] = df.index % 5 == 0
+    etl = lambda d: TabularGPU(dd.from_pandas(df, npartitions=4), procs=[Categorify, FillMissing, Normalize],
+                               cat_names=['workclass', 'education'], cont_names=['age', 'fnlwgt'], y_names='income',
+                               y_block=CategoryBlock(), splits='is_valid', chunk_dir=d, progress=False)
+    p = subprocess.Popen([sys.executable, '-c', CHILD_PRELUDE + _ETL_PAUSED, str(c), tests], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    timer = threading.Timer(600, os.killpg, (p.pid, signal.SIGKILL))   # bounded, whatever happens
+    timer.start()
+    try:
+        assert p.stdout.readline().strip() == 'paused', p.stderr.read()[-3000:]
+        with pytest.raises(RuntimeError, match=f"chunk_dir '{c}' is in use: another TabularDask's ETL"): etl(c)
+        out, err = p.communicate('go\n')
+    finally: timer.cancel()
+    assert p.returncode == 0 and out.split() == ['done'], err[-3000:]
+    clean = etl(tmp_path/'clean')
+    for sub,chunks in zip(('train', 'valid'), clean.chunks):
+        assert torch.equal(PackedChunks(c/sub).load(), chunks.load()), sub
