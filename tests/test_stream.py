@@ -2,7 +2,6 @@
 (two gloo processes), and an out-of-core run (data bigger than a memory budget, peak RSS measured in a subprocess)."""
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections import Counter
@@ -152,8 +151,7 @@ _DDP = '''
 import json, os, sys, torch, torch.distributed as dist
 from fastai_gpu_tabular.chunks import PackedChunks
 from fastai_gpu_tabular.stream import StreamDataLoader
-dist.init_process_group('gloo', init_method=f"tcp://127.0.0.1:{os.environ['PORT']}", rank=int(sys.argv[1]),
-                        world_size=2)
+dist.init_process_group('gloo', init_method=f"file://{sys.argv[3]}", rank=int(sys.argv[1]), world_size=2)
 dl = StreamDataLoader(PackedChunks(sys.argv[2]), bs=100, shuffle=True, window=3, piece_rows=250, drop_last=True)
 res = []
 for _ in range(2):
@@ -164,13 +162,13 @@ print(json.dumps(res))
 '''
 
 def test_ranks_get_equal_batches(chunks, tmp_path):
-    "Two gloo processes on one store: the same number of batches each epoch (len(dl) too), disjoint rows."
+    """Two gloo processes on one store (a file: a port picked beforehand could be taken by another run before rank 0
+    binds it): the same number of batches each epoch (len(dl) too), disjoint rows."""
     (tmp_path/'ddp.py').write_text(_DDP)
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]
-    env = {**os.environ, 'PORT': str(port), 'OMP_NUM_THREADS': '1'}
-    procs = [subprocess.Popen([sys.executable, str(tmp_path/'ddp.py'), str(r), str(chunks.path)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    args = lambda r: [sys.executable, str(tmp_path/'ddp.py'), str(r), str(chunks.path), str(tmp_path/'store')]
+    procs = [subprocess.Popen(args(r), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     r0, r1 = (json.loads(o[0].strip().splitlines()[-1]) for o in outs)
