@@ -288,13 +288,23 @@ def test_out_of_core(tmp_path):
                     "once")
     assert r['peak'] < budget, (r['peak'] / 2**20, budget / 2**20)
 
-def test_stream_suite_small(tmp_path):
+@pytest.fixture
+def two_threads():
+    """torch on 2 threads while the test runs (then as before): not the suites' `--threads 1`, so that a suite that
+    leaves its own setting behind (for every later test of this worker) is seen."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(n)
+
+def test_stream_suite_small(tmp_path, two_threads):
     """`--suite stream` at a small size: both loaders timed at each batch size, their ratio, and the row-order
-    statistics of the block shuffle next to a full permutation's (no timing asserted)."""
+    statistics of the block shuffle next to a full permutation's (no timing asserted); torch's threads given back."""
     from fastai_gpu_tabular.bench import main
     res = main(['--suite', 'stream', '--stream-rows', '6000', '--stream-part-rows', '1000', '--stream-window', '4',
                 '--stream-rounds', '1', '--bs', '256,1024', '--epochs-loader', '1', '--threads', '1',
                 '--out', str(tmp_path/'s.json')])['stream']
+    assert torch.get_num_threads() == 2 and res['torch_threads'] == 1
     assert res['rows'] == 4800 and res['files'] == 5 and set(res['by_bs']) == {'256', '1024'}
     for d in res['by_bs'].values():
         assert d['ratio'] == round(d['stream']['rows_per_s'] / d['resident']['rows_per_s'], 3) > 0
@@ -304,15 +314,17 @@ def test_stream_suite_small(tmp_path):
     assert json.loads((tmp_path/'s.json').read_text())['stream']['target']['value'] is None   # bs 32,768 not run
 
 @pytest.mark.slow
-def test_ooc_suite_small(tmp_path):
+def test_ooc_suite_small(tmp_path, two_threads):
     """`--suite ooc` on a few thousand rows: Parquet parts through TabularGPU over Dask into chunks, a streamed epoch
     that served every training row once, a short training, the pandas frame's arithmetic, stock fastai's estimate,
-    the stream against the resident loader on a slice, and the process tree's peak RSS (no timing asserted)."""
+    the stream against the resident loader on a slice, and the process tree's peak RSS (no timing asserted); torch's
+    threads given back."""
     pytest.importorskip('dask', reason='the ooc suite runs TabularGPU over Dask (the `dask` extra)')
     from fastai_gpu_tabular.bench import main
     res = main(['--suite', 'ooc', '--ooc-rows', '8000', '--ooc-part-rows', '2000', '--ooc-slice-rows', '2000',
                 '--ooc-stock-rows', '2000', '--ooc-train-batches', '2', '--ooc-bs', '512', '--ooc-memory-budget',
                 '64KB', '--ooc-dir', str(tmp_path), '--threads', '1', '--out', str(tmp_path/'o.json')])['ooc']
+    assert torch.get_num_threads() == 2
     assert res['rows'] == 8000 and res['parts'] == 4 and res['parquet_bytes'] > 0
     f = res['frame']
     assert f['bytes'] == int(f['row_bytes'] * 8000) and f['bytes_object'] >= f['bytes']   # Arrow strings are smaller
