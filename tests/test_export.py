@@ -291,8 +291,8 @@ def test_onnx_export_errors(clas, tmp_path):
 def _model_config_pb2():
     "Triton's ModelConfig message, from an installed `tritonclient` (its grpc package is not imported: no grpcio)."
     spec = importlib.util.find_spec('tritonclient')
-    if spec is None: pytest.skip('tritonclient is not installed (`pip install --no-deps tritonclient`): '
-                                 "Triton's config schema is unavailable")
+    if spec is None: pytest.skip('tritonclient is not installed (`pip install --no-deps tritonclient==2.73.0`, as '
+                                 "scripts/test.sh does): Triton's config schema is unavailable")
     path = next(iter(spec.submodule_search_locations)) + '/grpc/model_config_pb2.py'
     s = importlib.util.spec_from_file_location('model_config_pb2', path)
     m = importlib.util.module_from_spec(s)
