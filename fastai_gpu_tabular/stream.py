@@ -130,7 +130,9 @@ class _Blocks:
     def close(self):
         self.stop.set()
         self.thread.join()
-        if self.stream is not None: self.stream.synchronize()   # no copy into the ring may outlive its epoch
+        # no copy into the ring may outlive its epoch: what the consumer queues next (the next epoch's gathers, a ring
+        # kept or freed) waits for the side stream's copies on the device, and the host waits for nothing
+        if self.stream is not None: torch.cuda.current_stream(self.device).wait_stream(self.stream)
 
 @delegates(BatchDataLoader.__init__)
 class StreamDataLoader(BatchDataLoader):

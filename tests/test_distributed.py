@@ -6,7 +6,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections import Counter
@@ -62,9 +61,9 @@ def dense_learner(to, **kwargs):
     return tabular_learner(to.dataloaders(bs=BS, val_bs=VAL_BS), layers=[32, 16],
                            metrics=[accuracy, RocAucBinary(), AUC(), AUC(score='margin')], **kwargs)
 
-def sparse_learner(to, kind, bs, **kwargs):
+def sparse_learner(to, kind, bs, device=None, **kwargs):
     "No BatchNorm, unshuffled training: `bs` rows on each of 2 ranks then step exactly as `2*bs` rows on one process."
-    dls = to.dataloaders(bs=bs)
+    dls = to.dataloaders(bs=bs, device=device)
     dls.loaders[0] = dls.train.new(shuffle=False)
     return tabular_learner(dls, layers=[16], config=tabular_config(use_bn=False, bn_cont=False), **SPARSE[kind],
                            **kwargs)
@@ -333,13 +332,15 @@ def test_sparse_tables_step_as_one_process(ranks):
     bs*eps64 of the per-row grads' size, below 10), and the first step of Adam, lr*g/(|g|+eps), is lr/eps-Lipschitz in
     g, LAMB's at most 10(1+sqrt(n)) times that (its trust ratio, at most 10, and the norms of n elements in it). A row
     left unsynced, or a wrong average, moves elements by about the lr, 1e-2. (After an epoch in float32 the two would be
-    apart by rounding that each step amplifies, up to lr/eps where grads are tiny: by how much depends on the CPU.)"""
+    apart by rounding that each step amplifies, up to lr/eps where grads are tiny: by how much depends on the CPU.)
+    The ranks ran on CPUs (gloo), so the one process does too, whatever fastai's default device: a step on a GPU
+    rounds otherwise."""
     (r0,_),_ = ranks
     df,splits = frame()
     to = sparse_to(df, splits)
     eps64,lr = torch.finfo(torch.float64).eps,1e-2
     for kind in SPARSE:
-        learn = sparse_learner(to, kind, 2 * BS_SPARSE, cbs=Float64Step())
+        learn = sparse_learner(to, kind, 2 * BS_SPARSE, device='cpu', cbs=Float64Step())
         learn.model.load_state_dict(r0[kind]['step64']['init'])   # DDP starts both ranks from rank 0's weights
         learn.model.double()
         learn.fit(1, lr)
@@ -405,13 +406,11 @@ def test_accelerate_launch_of_one_process_warns(tmp_path):
         "splits=RandomSplitter(seed=0)(range_of(df)))\n"
         "learn = tabular_learner(to.dataloaders(bs=64), layers=[8])\n"
         "with learn.distrib_ctx(): pass\n")
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, 'PYTHONPATH': os.pathsep.join([root, os.environ.get('PYTHONPATH', '')])}
+    # port 0: accelerate picks a free one (its one process binds none)
     r = subprocess.run([sys.executable, '-m', 'accelerate.commands.launch', '--num_processes', '2',
-                        '--main_process_port', str(port), 'one.py'], cwd=tmp_path, env=env, capture_output=True,
-                       text=True, timeout=TIMEOUT)
+                        '--main_process_port', '0', 'one.py'], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert 'distrib_ctx runs on one process' in r.stderr and '--multi_gpu' in r.stderr, r.stderr[-3000:]

@@ -5,7 +5,6 @@ outputs; values gathered once across 2 gloo processes (fastai's DistributedDL pa
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -431,12 +430,13 @@ def _small_learner():
     mets = [AUC(), LogLoss(), MRR(group='user'), NDCG(5, group='user'), HitRate(3, group='user')]
     return df.iloc[splits[1]], tabular_learner(to.dataloaders(bs=256), layers=[16], metrics=mets)
 
-def worker(rank, world, port, out):
+def worker(rank, world, store, out):
     """One process: (1) a Learner validates half the validation rows; (2) a shard as fastai's DistributedDL makes it
-    (the last rows padded with the first ones) through the metrics. Both must give the whole set's values."""
+    (the last rows padded with the first ones) through the metrics. Both must give the whole set's values. The ranks
+    meet at the file `store` (a port picked beforehand could be taken by another run before rank 0 binds it)."""
     valid,learn = _small_learner()
     with learn.no_bar(): full = learn.validate()[1:]   # before the process group: this process's rows only
-    torch.distributed.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=world,
+    torch.distributed.init_process_group('gloo', init_method=f'file://{store}', rank=rank, world_size=world,
                                          timeout=__import__('datetime').timedelta(seconds=60))
     with learn.no_bar(): half = learn.validate(dl=learn.dls.test_dl(valid.iloc[rank::world], with_labels=True))[1:]
     x,y,xc = _data()
@@ -456,17 +456,13 @@ def worker(rank, world, port, out):
     with open(out, 'w') as f: json.dump(res, f)
     torch.distributed.destroy_process_group()
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
 def test_two_processes_gather_once(tmp_path):
-    port,world = _free_port(),2
+    world = 2
     env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join([os.getcwd(), os.path.dirname(__file__)]))
-    code = 'import sys, test_metrics as t; t.worker(int(sys.argv[1]), 2, int(sys.argv[2]), sys.argv[3])'
-    procs = [subprocess.Popen([sys.executable, '-c', code, str(r), str(port), str(tmp_path/f'{r}.json')], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    code = 'import sys, test_metrics as t; t.worker(int(sys.argv[1]), 2, sys.argv[2], sys.argv[3])'
+    args = lambda r: [sys.executable, '-c', code, str(r), str(tmp_path/'store'), str(tmp_path/f'{r}.json')]
+    procs = [subprocess.Popen(args(r), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(world)]
     try: outs = [p.communicate(timeout=240)[0] for p in procs]
     finally:
         for p in procs:

@@ -8,8 +8,9 @@ optimizer step, and the Recorder (its smoothed loss is a tensor, but `ProgressCa
 batch, and `AccumMetric`s such as `RocAucBinary` copy each batch to the host: not this package's to change).
 
 On CUDA the guard is `torch.cuda.set_sync_debug_mode('error')`; the CPU stand-in records, in the same scopes, every
-Python read of a tensor's value (`helpers.host_sync.HostConversions`), each of which would wait for the device on a
-GPU."""
+call that would make the host wait for the device on a GPU (`helpers.host_sync.HostConversions`): a Python read of a
+tensor's value or a host copy, an op whose output size depends on the values (a boolean-mask index, `nonzero`...), an
+upload of Python data. The tests at the end hold the record to what CUDA's guard catches."""
 import numpy as np
 import pytest
 import torch
@@ -156,3 +157,51 @@ def test_batch_loop_reads_no_tensor_on_the_host(loader, tmp_path):
     learn = _learner(dls, to, [guard_accumulate(RocAucBinary(), g)], [])
     with learn.no_bar(): learn.validate()
     assert g.seen and set(g.seen) <= HostConversions.names   # its per-batch `.cpu()`: the record is not blind
+
+# --- the record against CUDA's guard ---------------------------------------------------------------------------------
+# calls that make the host wait for a CUDA device: each one the record must see, and CUDA's guard raises at
+SYNCS = {
+    'item': lambda x: x.sum().item(),
+    'bool': lambda x: bool(x.sum() > 0),
+    'cpu': lambda x: x.cpu(),
+    'boolean-mask index': lambda x: x[x > 0],
+    'boolean-mask assignment of a tensor': lambda x: x.__setitem__(x > 0, x[:1]),
+    'nonzero': lambda x: x.nonzero(),
+    'where(condition)': lambda x: torch.where(x > 0),
+    'masked_select': lambda x: x.masked_select(x > 0),
+    'unique': lambda x: x.unique(),
+    'repeat_interleave by a tensor': lambda x: x.repeat_interleave(torch.full_like(x, 2, dtype=torch.long)),
+    'tensor of a list': lambda x: torch.tensor([1, 2], device=x.device),
+}
+# their counterparts that need no host: the record must not see them, and CUDA's guard lets them run
+NO_SYNCS = {
+    'masked_fill': lambda x: x.masked_fill(x > 0, 0),
+    'boolean-mask assignment of a number': lambda x: x.__setitem__(x > 0, 0),   # a masked_fill_ in ATen
+    'where(condition, x, 0)': lambda x: torch.where(x > 0, x, 0),
+    'index_select': lambda x: x.index_select(0, torch.arange(3, device=x.device)),
+    'repeat_interleave with output_size': lambda x: x.repeat_interleave(torch.full_like(x, 2, dtype=torch.long),
+                                                                        output_size=2 * len(x)),
+    'nonzero_static': lambda x: torch.nonzero_static(x > 0, size=3),
+}
+
+def _values(device): return torch.linspace(-1, 1, 8, device=device)
+
+@pytest.mark.parametrize('name', [*SYNCS, *NO_SYNCS])
+def test_the_record_sees_each_sync(name):
+    "The CPU record sees each call that syncs on CUDA, and none of the calls that do the same without a sync."
+    x = _values('cpu')
+    with HostConversions() as mode: (SYNCS | NO_SYNCS)[name](x)
+    assert bool(mode.seen) == (name in SYNCS), mode.seen
+
+@pytest.mark.cuda
+@pytest.mark.parametrize('name', [*SYNCS, *NO_SYNCS])
+def test_the_record_is_what_cuda_catches(name):
+    "On CUDA, the guard raises at each call the record sees (`SYNCS`), and at none of the others."
+    x = _values('cuda')
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        if name in NO_SYNCS: NO_SYNCS[name](x)
+        else:
+            with pytest.raises(RuntimeError, match='synchroniz'): SYNCS[name](x)
+    finally: torch.cuda.set_sync_debug_mode(0)

@@ -34,4 +34,7 @@ def test_notebook_runs(path, tmp_path):
     timeout = None if 'slow' not in skip else 1200   # a full-scale cell trains for tens of minutes
     client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name='python3',
                                      resources={'metadata': {'path': str(tmp_path)}})
-    client.execute()
+    # the kernel's torch on one thread unless OMP_NUM_THREADS says otherwise: beside pytest's other workers its
+    # threads spin on cores another process holds (on the 2-core machine beside other jobs, nbs/02's LAMB study took
+    # 4.3 minutes so, 10 to over 22 on torch's default threads; index.ipynb 22 s, 61 s)
+    client.execute(env={**os.environ, 'OMP_NUM_THREADS': os.environ.get('OMP_NUM_THREADS', '1')})

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from fastai.callback.fp16 import MixedPrecision
 from fastai.optimizer import Adam
 from fastai.optimizer import Lamb as FastaiLamb
 from fastai.tabular.all import (
@@ -405,15 +406,35 @@ def test_frozen_params_and_train_bn(dls, tmp_path):
         if id(p) in head or id(p) in bn: assert not _same(p0, p), n
         else: assert id(p) in frozen and _same(p0, p), n
 
-@pytest.mark.parametrize('precision', ['fp16', 'bf16'])
+class CountSteps(Callback):
+    "The training batches, and the steps cancelled (fastai's `MixedPrecision` cancels those whose grads overflowed)."
+    def before_fit(self): self.batches,self.skipped = 0,0
+    def after_batch(self): self.batches += self.training
+    def after_cancel_step(self): self.skipped += 1
+
+class ScaledOverflow(MixedPrecision):
+    """fastai's fp16 callback with its grad scaler on the CPU (fastai's scales on CUDA only) and without autocast, and
+    an overflow in the first batch's grads (an inf), as fp16 grads overflow on a GPU."""
+    def before_fit(self): self.autocast,self.learn.scaler,self.scales = nullcontext(),torch.GradScaler('cpu'),[]
+    def after_backward(self):
+        if self.iter == 0: next(self.model.parameters()).grad.view(-1)[0] = float('inf')
+
+@pytest.mark.parametrize('precision', ['fp16', 'bf16', 'overflow'])
 def test_mixed_precision(dls, tmp_path, precision):
-    "On CPU the AMP callbacks disable autocast and the scaler (with a warning); on CUDA they run for real."
-    learn = _learner(dls, tmp_path, lamb(wd=0.01))
-    learn = learn.to_fp16() if precision == 'fp16' else learn.to_bf16()
-    with pytest.warns(UserWarning, match='CUDA is not available') if not torch.cuda.is_available() else nullcontext():
+    """On CPU the AMP callbacks disable autocast and the scaler (with a warning); on CUDA they run for real, and fp16's
+    grad scaler skips the steps whose grads overflow: LAMB steps once a batch it was not skipped on. `overflow`: a
+    scaler that runs on the CPU, and one overflow, skipped."""
+    learn = _learner(dls, tmp_path, lamb(wd=0.01), cbs=(steps := CountSteps()))
+    if precision == 'overflow': learn.add_cb(ScaledOverflow())
+    else: learn = learn.to_fp16() if precision == 'fp16' else learn.to_bf16()
+    cpu_amp = not torch.cuda.is_available() and precision != 'overflow'
+    with pytest.warns(UserWarning, match='CUDA is not available') if cpu_amp else nullcontext():
         learn.fit_one_cycle(1, 1e-2)
     assert all(torch.isfinite(p).all() for p in learn.model.parameters())
-    assert learn.opt.state[next(learn.model.parameters())]['step'] == len(dls.train)
+    assert steps.batches == len(dls.train) and steps.skipped < steps.batches   # it trained
+    if precision == 'overflow': assert steps.skipped == 1
+    elif cpu_amp or precision == 'bf16': assert steps.skipped == 0   # no scaler (bf16 needs none): nothing skipped
+    assert learn.opt.state[next(learn.model.parameters())]['step'] == steps.batches - steps.skipped
 
 # ---- torch-optimizer's Lamb through OptimWrapper ------------------------------------------------------------------
 def test_lamb_param_groups(dls, tmp_path):

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -151,67 +150,86 @@ def test_metrics_recipe(workdir):
     assert np.isfinite(learn.recorder.values[-1]).all()
 
 # --- several processes --------------------------------------------------------------------------------------------
+TRAIN_ROWS = 8000   # Adult's first rows: enough for train.py's every step (lr_find, 4 epochs, get_preds, export)
 TRAIN_PRE = f'''
 from fastai_gpu_tabular.datasets import load_adult
-df = load_adult().rename(columns={{'income': 'label'}})
+df = load_adult().iloc[:{TRAIN_ROWS}].rename(columns={{'income': 'label'}})
 cats, conts = {ADULT_CATS!r}, {ADULT_CONTS!r}
 '''
 TRAIN_POST = '''
 import json
 from fastai.torch_core import num_distrib, rank_distrib
 with open(f'rank{rank_distrib()}.json', 'w') as f:
-    json.dump({'world': num_distrib(), 'preds': len(preds), 'valid': len(to.valid)}, f)
+    json.dump({'world': num_distrib(), 'preds': len(preds), 'valid': len(to.valid), 'device': str(dls.device)}, f)
 '''
 LAUNCH_TIMEOUT = 600   # seconds for a 2-process run on a shared, loaded 2-core machine; nothing waits longer
+LAUNCHERS = ['torchrun', 'accelerate launch']
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-def launch(cmd, cwd) -> str:
-    "Run a launcher in its own process group, killed whole past the time limit; its output."
-    env = {**os.environ, 'OMP_NUM_THREADS': '1',
+def launch(cmd, cwd, env:dict, tries:int=3) -> str:
+    """Run a launcher in its own process group, killed whole past the time limit; its output. The launchers take a free
+    port themselves (torchrun's c10d rendezvous binds port 0; accelerate's `--main_process_port 0` picks one, which
+    another run may take before torchrun binds it): a run stopped by a port in use is started again."""
+    env = {**os.environ, 'OMP_NUM_THREADS': '1', **env,
            'PYTHONPATH': os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')])}
-    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    try: out,_ = p.communicate(timeout=LAUNCH_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        pytest.fail(f'{cmd} took over {LAUNCH_TIMEOUT} s:\n{p.communicate()[0][-4000:]}')
+    for _ in range(tries):
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+        try: out,_ = p.communicate(timeout=LAUNCH_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            pytest.fail(f'{cmd} took over {LAUNCH_TIMEOUT} s:\n{p.communicate()[0][-4000:]}')
+        if p.returncode == 0 or 'EADDRINUSE' not in out: break
     assert p.returncode == 0, f'{cmd}\n{out[-6000:]}'
     return out
 
-def launch_command(tool) -> list:
-    "The README's command for `tool`, with 2 processes (not 8), on a port of its own: other runs share the machine."
+def launch_command(tool, nproc:int) -> list:
+    "The README's command for `tool`, with `nproc` processes (not 8), on a port the launcher picks: others share it."
     line, = [l for l in recipe('launch').splitlines() if l.startswith(tool)]
     args = line.split()
     assert args[-1] == 'train.py' and '8' in args, line
-    args = [a if a != '8' else '2' for a in args]
+    args = [a if a != '8' else str(nproc) for a in args]
     if tool == 'torchrun':
         return [sys.executable, '-m', 'torch.distributed.run', *args[1:-1], '--rdzv-backend', 'c10d',
                 '--rdzv-endpoint', '127.0.0.1:0', 'train.py']
-    return [sys.executable, '-m', 'accelerate.commands.launch', *args[2:-1], '--main_process_port', str(free_port()),
-            'train.py']
+    return [sys.executable, '-m', 'accelerate.commands.launch', *args[2:-1], '--main_process_port', '0', 'train.py']
 
-@pytest.mark.slow
-@pytest.mark.parametrize('tool', ['torchrun', 'accelerate launch'])
-def test_train_py_on_two_processes(tool, tmp_path):
-    """The multi-GPU train.py, as written, on two CPU processes (gloo) with the README's launch command: both ranks
-    train, every validation row comes back once on each, and rank 0 exports a learner that loads and predicts.
-    `learn.distrib_ctx()` stopped on CPUs (`'TabularModelGPU' object has no attribute 'device'`), and `accelerate
-    launch --num_processes` started one process."""
+def run_train_py(tool, tmp_path, nproc:int, env:dict) -> list:
+    """train.py as written (on Adult's first rows), launched by the README's command with `nproc` processes: every rank
+    trained and got every validation row back once, and rank 0 exported a learner that loads and predicts. The ranks'
+    reports."""
     pytest.importorskip('accelerate', reason="fastai's distrib_ctx needs accelerate (the test extra installs it)")
     (tmp_path/'train.py').write_text(TRAIN_PRE + recipe('train-py') + TRAIN_POST)
-    launch(launch_command(tool), tmp_path)
-    ranks = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in range(2)]
-    assert all(r['world'] == 2 and r['preds'] == r['valid'] > 0 for r in ranks), ranks
+    launch(launch_command(tool, nproc), tmp_path, env)
+    ranks = [json.loads((tmp_path/f'rank{r}.json').read_text()) for r in range(nproc)]
+    assert all(r['world'] == nproc and r['preds'] == r['valid'] > 0 for r in ranks), ranks
     from fastai.learner import load_learner
     from fastai_gpu_tabular.datasets import load_adult
     learn = load_learner(tmp_path/'model.pkl', cpu=True)
     rows = load_adult().iloc[:100]
     with learn.no_bar(): preds,_ = learn.get_preds(dl=learn.dls.test_dl(rows))
     assert preds.shape == (100, 2)
+    return ranks
+
+@pytest.mark.slow
+@pytest.mark.parametrize('tool', LAUNCHERS)
+def test_train_py_on_two_processes(tool, tmp_path):
+    """The multi-GPU train.py on two CPU processes (gloo), CUDA hidden: train.py puts each rank on the GPU of its
+    `LOCAL_RANK` where it sees one, and rank 1 of a one-GPU machine found no GPU 1. `learn.distrib_ctx()` stopped on
+    CPUs (`'TabularModelGPU' object has no attribute 'device'`), and `accelerate launch --num_processes` started one
+    process."""
+    ranks = run_train_py(tool, tmp_path, 2, {'CUDA_VISIBLE_DEVICES': ''})
+    assert {r['device'] for r in ranks} == {'cpu'}
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.parametrize('tool', LAUNCHERS)
+def test_train_py_on_the_gpus(tool, tmp_path):
+    "train.py on this machine's GPUs, a process each (NCCL), each rank on its own GPU."
+    nproc = torch.cuda.device_count()
+    if tool != 'torchrun' and nproc < 2:
+        pytest.skip("accelerate's --multi_gpu takes 2 processes or more: this machine has one GPU (torchrun's runs)")
+    ranks = run_train_py(tool, tmp_path, nproc, {})
+    assert sorted(r['device'] for r in ranks) == [f'cuda:{i}' for i in range(nproc)]
 
 # --- Dask, save/load, deploy, Keras ---------------------------------------------------------------------------------
 @pytest.mark.slow

@@ -84,15 +84,17 @@ def _parser():
     return p
 
 def run_suite(opts) -> dict:
-    "One of the other suites, with the machine and versions."
+    "One of the other suites, with the machine and versions; torch's threads as `--threads` says while it runs."
     import torch
+    threads = torch.get_num_threads()   # given back after: `main` may be called from Python, as the tests do
     if opts.threads: torch.set_num_threads(opts.threads)
-    t0 = time.perf_counter()
-    res = _suite(opts.suite).run(opts)
+    t0,ran_on = time.perf_counter(),torch.get_num_threads()
+    try: res = _suite(opts.suite).run(opts)
+    finally: torch.set_num_threads(threads)
     meta = {'schema_version': SCHEMA_VERSION, 'suite': opts.suite, 'hardware': hardware(opts.device),
             'versions': versions(), 'timestamp': datetime.now(UTC).isoformat(timespec='seconds'),
             'command': ' '.join(['python -m fastai_gpu_tabular.bench'] + [shlex.quote(a) for a in opts.argv]),
-            'wall_s': round(time.perf_counter() - t0, 1), 'torch_threads': torch.get_num_threads()}
+            'wall_s': round(time.perf_counter() - t0, 1), 'torch_threads': ran_on}
     return {'meta': meta, opts.suite: res}
 
 def format_suite(res) -> str:

@@ -19,7 +19,6 @@ LAZY_CANNOT = {
     'test_fused_sparse_step_equals_unfused_sparse': _SPARSE,
     'test_fused_sparse_trains_as_sparse_adam': _SPARSE,
     'test_sparse_table_steps_as_sparse_adam_through_the_learner': _SPARSE,
-    'test_sparse_tables_step_as_one_process': _SPARSE,
     'test_model_takes_int64_and_int32_codes[sparse]': _SPARSE,
     'test_model_takes_int64_and_int32_codes[fused_sparse]': _SPARSE,
     'test_bf16_autocast_trains': "torch.autocast has no lazy device type",
