@@ -9,6 +9,9 @@ from .procs import *
 from .hashing import *
 from .target import *
 from .groupby import *
+from .history import *
+from .joins import *
+from .numeric import *
 from .pack import *
 from .loader import *
 from .core import *
