@@ -23,6 +23,7 @@ from .collectives import *
 from .metrics import *
 from .datasets import *
 from .export import *
+from .importance import *
 from .keras_loader import *
 from .distributed import *
 from .chunks import *
