@@ -208,3 +208,28 @@ def test_bad_input_names_the_column(ratings):
     t = TabularGPU(df, procs=[History('item_id', 'user_id', 'timestamp'), Categorify, FillMissing, Normalize], **kw)
     with pytest.raises(ValueError, match=r"time column 'timestamp' holds 1 missing value"):
         t.new(df.iloc[:5].assign(timestamp=[1., np.nan, 3., 4., 5.])).process()
+
+@pytest.mark.slow
+def test_the_chapters_blocks(tmp_path, monkeypatch):
+    """docs/history.md's blocks run as written, in one namespace: the names their comments give, a model that learns
+    (its valid RMSE below the spread of the ratings), an importance for every column; the side table joined as pandas'
+    merge joins it, and the year's buckets."""
+    import matplotlib
+    from helpers.recipes import recipe
+    matplotlib.use('Agg')
+    monkeypatch.chdir(tmp_path)
+    ns = {}
+    exec('from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n', ns)
+    exec(compile(recipe('history'), '<recipe history>', 'exec'), ns)
+    to, learn, imp = ns['to'], ns['learn'], ns['imp']
+    assert (to.cat_names[5], to.cont_names[2]) == ('item_id_last10_user_id', 'timestamp_lag_user_id')
+    assert learn.recorder.values[-1][2] < ns['df'].rating[~ns['df'].is_valid].std()
+    assert set(imp.column) == set(to.cat_names) | set(to.cont_names)
+    exec(compile(recipe('side-table'), '<recipe side-table>', 'exec'), ns)
+    to, df, movies = ns['to'], ns['df'], ns['movies']
+    assert (list(to.cont_names[2:]), to.cat_names[2]) == (['year', 'timestamp_lag_user_id'], 'year_bucket')
+    years = df.iloc[np.concatenate([np.flatnonzero(~df.is_valid), np.flatnonzero(df.is_valid)])][['item_id']].merge(
+        movies, on='item_id', how='left')['year'].to_numpy('f8')
+    got = to.items['year'] * to.stds['year'] + to.means['year']   # Normalize undone: within 4 u of the year's 2000
+    np.testing.assert_allclose(got[~np.isnan(years)], np.clip(years[~np.isnan(years)], 1950, None), rtol=0,
+                               atol=4 * np.finfo('f8').eps * 2000)
