@@ -1,7 +1,7 @@
 """A key's history, side tables and numbers' procs on Dask: bit for bit the in-memory `TabularGPU`'s packed rows and
 learned state (each key's last events, vocabularies, fill values, means and stds) on frames whose keys are spread over
 the partitions (MovieLens users, planes by tailnum, some missing), a later Dask frame through both, and the passes each
-makes, counted: a shuffle pass for each history proc, none for the others when the training conts are held."""
+makes, counted: a shuffle pass for each history proc; for the others, only what the procs after them need to learn."""
 import numpy as np
 import pandas as pd
 import pytest
