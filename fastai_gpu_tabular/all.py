@@ -9,6 +9,9 @@ from .procs import *
 from .hashing import *
 from .target import *
 from .groupby import *
+from .history import *
+from .joins import *
+from .numeric import *
 from .pack import *
 from .loader import *
 from .core import *
@@ -20,6 +23,7 @@ from .collectives import *
 from .metrics import *
 from .datasets import *
 from .export import *
+from .importance import *
 from .keras_loader import *
 from .distributed import *
 from .chunks import *

@@ -630,3 +630,19 @@ def pad_bags(codes:torch.Tensor, lens:torch.Tensor, width:int, pad:int=-1) -> to
     keep = pos < width
     out[rows[keep], pos[keep]] = codes[keep]
     return out
+
+def lists_like(like:Frame|Column, values:np.ndarray, lens:np.ndarray, name:Any=None) -> Column:
+    """A list column on `like`'s backend and index whose row i holds the next `lens[i]` of `values` (host arrays), in
+    order: what `explode_lists` reads back. Built by Arrow from the values and their offsets, without a Python loop:
+    on pandas an object column of NumPy arrays, on cuDF a list column (from the Arrow array)."""
+    import pyarrow as pa
+    offsets = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    big = offsets[-1] >= np.iinfo(np.int32).max
+    arr = (pa.LargeListArray if big else pa.ListArray).from_arrays(
+        pa.array(offsets if big else offsets.astype(np.int32)), pa.array(values, from_pandas=True))
+    if is_cudf(like):
+        res = require_cudf().Series.from_arrow(arr)
+        res.index, res.name = like.index, name
+        return res
+    return pd.Series(arr.to_numpy(zero_copy_only=False), index=like.index, name=name, dtype=object)

@@ -71,6 +71,12 @@ def check_columns(columns:Iterable, cat_names:list, cont_names:list, y_names:lis
     hint = f"; {na} would be made by FillMissing (with add_col=True), which procs lacks" if na else ""
     raise KeyError(f"column(s) {missing} are not in the frame (it has {columns[:20]})" + hint)
 
+def check_new_columns(what:str, made:list, columns:Iterable, y_names:list, hint:str='') -> None:
+    "A ValueError if proc `what` would make columns `made` that the frame (`columns`, or the targets) already has."
+    have = set(columns) | set(y_names)
+    clash = [c for c in made if c in have]
+    if clash: raise ValueError(f"{what} would make column(s) {clash}, which the frame already has{hint}")
+
 def made_columns(procs) -> set:
     "Names of the columns set-up procs add to the frame (their `made_names`, e.g. TargetEncode's `<name>_te`)."
     return {c for p in getattr(procs, 'fs', L(procs)) if not isinstance(p, type) for c in getattr(p, 'made_names', ())}

@@ -23,6 +23,9 @@ from .backend import float_casts
 from .extras import import_extra
 from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
+from .history import DifferenceLag, History, ListSlice
+from .joins import JoinExternal
+from .numeric import Bucketize, Clip, LogOp
 from .pack import cat_widths
 from .procs import buckets_of, operand_dtype, vocab_values
 from .target import TargetEncode
@@ -90,14 +93,21 @@ def export_model(learn:Learner, path:str|Path|None=None, batch:tuple|None=None):
 # The procs `export_onnx` puts in the graph (the hashes: on the host, see `onnx_inputs`), by class (subclasses too):
 # the kind `_procs` files each under. A Tabular holds one proc of each kind, or a list of the kinds in `_MANY`.
 ONNX_PROCS = {fatc.Categorify: 'cat', FillMissing: 'fill', Normalize: 'norm', HashBucket: 'hash', HashedCross: 'hash',
-              TargetEncode: 'te', JoinGroupby: 'jg'}
-_MANY = ('hash', 'jg')
+              TargetEncode: 'te', JoinGroupby: 'jg', JoinExternal: 'join', Bucketize: 'num', LogOp: 'num', Clip: 'num'}
+_MANY = ('hash', 'jg', 'join', 'num')
+# the procs whose columns come from the rows before each row (a key's history): a graph of independent rows has none
+HISTORY_PROCS = (DifferenceLag, History, ListSlice)
 # the target's procs, which the graph needs not: it ends at `get_preds`' output
 TARGET_PROCS = (Categorize, RegressionSetup, MultiCategorize, EncodedMultiCategorize)
 
 def _procs(to) -> dict:
     "`to`'s procs by kind (`ONNX_PROCS`); any but those and the target's is an error."
     res,other = {},[]
+    hist = [type(t).__name__ for t in to.procs.fs if isinstance(t, HISTORY_PROCS)]
+    if hist: raise TypeError(f"export_onnx cannot put {', '.join(hist)} in the graph: its columns come from each key's "
+                             "earlier rows and the last events it learned, which a graph of independent rows does not "
+                             "have (ListSlice: lists cut in the graph are not done yet). Serve such a learner with "
+                             "`learn.dls.test_dl(df)` or `learn.predict(row)`, which follow the learned state")
     for t in to.procs.fs:
         kind = next((k for c,k in ONNX_PROCS.items() if isinstance(t, c)), None)
         if kind in _MANY: res.setdefault(kind, []).append(t)
@@ -279,9 +289,79 @@ def _categorified(g, cat, n, x, vocab, kind, made, cols):
     cols[b] = {'type': 'int64', 'kind': 'oov', 'host': oov | ({'made': made[n]} if n in made else {})}
     return g.op('Where', g.op('Equal', code, g.const(np.int64(0))), b, code)
 
-def _conts(g, to, procs, cols) -> tuple:
-    """The conts as the packed rows hold them (float32 `[batch, 1]` blocks) from their inputs through TargetEncode or
-    JoinGroupby, FillMissing and Normalize; and FillMissing's `_na` flags by name, if it adds them."""
+def _cont_input(g, n, cols) -> tuple:
+    "`(value, dtype)` of cont `n`'s double input, as the procs see it: cast to float32 if the training frame's was."
+    from onnx import TensorProto as T
+    x = g.input(n, T.DOUBLE)
+    cols[n] = {'type': 'double', 'kind': 'cont'}
+    if g.floats.get(n) == 'float32': return g.op('Cast', x, to=T.FLOAT), np.dtype('float32')
+    return x, np.dtype('float64')
+
+def _joined_key(g, je, cols) -> tuple:
+    "`(input, key type)` of JoinExternal's key column, a cat input of the graph."
+    kind = _key_type(je.on, list(je.table[je.on]))
+    cols.setdefault(je.on, {'type': kind, 'kind': 'cat'})
+    return g.raw(je.on, kind), kind
+
+def _joined_cont(g, je, c, cols):
+    "JoinExternal's cont `c`: the key through a LabelEncoder to the table's doubles, NaN for a key it lacks."
+    x, kind = _joined_key(g, je, cols)
+    return g.target(x, pd.Series(je.table[c].to_numpy(), index=pd.Index(je.table[je.on])), kind, np.nan)
+
+def _joined_cat(g, je, n, vocab, cols):
+    "JoinExternal's cat `n` as Categorify's codes: the key through a LabelEncoder to its table value's code, else 0."
+    from onnx import TensorProto as T
+    from onnx import helper
+    x, kind = _joined_key(g, je, cols)
+    at = {v: i + 1 for i,v in enumerate(vocab)}
+    codes = [0 if pd.isna(v) else at.get(v, 0) for v in je.table[n]]
+    cast = {'string': str, 'int64': int, 'double': float}[kind]
+    keys = [cast(k) for k in je.table[je.on]] or [NA_STRING if kind == 'string' else 0]
+    return g.op('LabelEncoder', x, keys_tensor=helper.make_tensor('keys', _onnx_type(kind), [len(keys)], keys),
+                values_tensor=helper.make_tensor('values', T.INT64, [len(keys)], codes or [0]),
+                default_tensor=helper.make_tensor('default', T.INT64, [1], [0]))
+
+def _bucket(g, x, dt, bins, right):
+    "Bucketize's bucket (int64) of `x`: how many of `bins` it passes (`np.digitize`); int64's minimum for NaN."
+    from onnx import TensorProto as T
+    nan = g.op('IsNaN', x)
+    if not len(bins): idx = g.op('Mul', g.op('Cast', nan, to=T.INT64), g.const(np.int64(0)))
+    else:
+        passed = g.op('Greater' if right else 'GreaterOrEqual', g.column(x), g.const(np.asarray([bins], dt)))
+        idx = g.op('ReduceSum', g.op('Cast', passed, to=T.INT64), g.const(np.array([1], np.int64)), keepdims=0)
+    return g.op('Where', nan, g.const(np.int64(np.iinfo(np.int64).min)), idx)
+
+def _numbers(g, to, cols) -> tuple:
+    """`(conts, buckets)`: the conts JoinExternal makes and LogOp and Clip rewrite, `{name: (value, dtype)}` after all
+    of them (in the procs' order, before FillMissing and Normalize); Bucketize's cat columns as their int64 buckets,
+    each of its cont as it stood when Bucketize ran."""
+    from onnx import TensorProto as T
+    cur, buckets = {}, {}
+    def value(n):
+        if n not in cur: cur[n] = _cont_input(g, n, cols)
+        return cur[n]
+    for p in to.procs.fs:
+        if isinstance(p, JoinExternal): cur.update({c: (_joined_cont(g, p, c, cols), np.dtype('float64'))
+                                                    for c in p.cont_names})
+        elif isinstance(p, LogOp):   # log1p in float64, as the frame computes it (ONNX has Log: of 1 + x)
+            for n in p.names:
+                x, dt = value(n)
+                x = x if dt == np.float64 else g.op('Cast', x, to=T.DOUBLE)
+                cur[n] = g.op('Log', g.op('Add', x, g.const(np.float64(1)))), np.dtype('float64')
+        elif isinstance(p, Clip):   # NaN stays NaN: it is neither below nor above a bound
+            for n in p.names:
+                x, dt = value(n)
+                for v,op in ((p.min_value, 'Less'), (p.max_value, 'Greater')):
+                    if v is not None: x = g.op('Where', g.op(op, x, g.const(dt.type(v))), g.const(dt.type(v)), x)
+                cur[n] = x, dt
+        elif isinstance(p, Bucketize):
+            buckets.update({c: _bucket(g, *value(n), p.bins[n], p.closed_right) for n,c in zip(p.names, p.made_names)})
+    return cur, buckets
+
+def _conts(g, to, procs, cols, numbers) -> tuple:
+    """The conts as the packed rows hold them (float32 `[batch, 1]` blocks) from their inputs through TargetEncode,
+    JoinGroupby or `numbers` (`_numbers`' conts), FillMissing and Normalize; and FillMissing's `_na` flags by name, if
+    it adds them."""
     from onnx import TensorProto as T
     te,fill,norm = procs.get('te'),procs.get('fill'),procs.get('norm')
     te_out = {c: (s, i) for s in te.encodings for i,c in enumerate(te.out_names(s))} if te is not None else {}
@@ -293,10 +373,7 @@ def _conts(g, to, procs, cols) -> tuple:
         dt = np.dtype('float64')   # the dtype the procs compute this cont in (ints are float64 against the stats)
         if n in te_out: x = _target_encoded(g, te, *te_out[n], cols)
         elif n in jg_out: x = _grouped(g, *jg_out[n], n, to.cont_names, cols)
-        else:
-            x = g.input(n, T.DOUBLE)
-            cols[n] = {'type': 'double', 'kind': 'cont'}
-            if g.floats.get(n) == 'float32': x, dt = g.op('Cast', x, to=T.FLOAT), np.dtype('float32')
+        else: x, dt = numbers[n] if n in numbers else _cont_input(g, n, cols)
         if n in na_dict:
             x,flag = _filled(g, fill, n, x, dt)
             if fill.add_col: flags[f'{n}_na'] = flag
@@ -304,20 +381,29 @@ def _conts(g, to, procs, cols) -> tuple:
         conts.append(g.column(g.op('Cast', x, to=T.FLOAT)))
     return conts, flags
 
-def _cats(g, to, procs, widths, flags, list_sep, cols) -> list:
-    "The cats' codes as the packed rows hold them (int64 blocks of `widths` columns); `flags`: FillMissing's."
+def _cats(g, to, procs, widths, flags, buckets, list_sep, cols) -> list:
+    """The cats' codes as the packed rows hold them (int64 blocks of `widths` columns); `flags`: FillMissing's,
+    `buckets`: Bucketize's (`_numbers`)."""
     cat = procs.get('cat')
     if cat is None and len(to.cat_names):
         raise TypeError("export_onnx encodes cat columns with Categorify's vocabularies: add Categorify to procs")
     mh,made = getattr(to, 'multi_hot', {}),host_specs(procs.get('hash', []))
+    joined = {c: p for p in procs.get('join', []) for c in p.cat_names}
+    bad = [n for n in [*joined, *buckets] if buckets_of(cat, n) or n in made or n in mh]
+    if bad: raise TypeError(f"export_onnx: column(s) {bad}, made in the graph (JoinExternal, Bucketize), are hashed "
+                            "on the host (Categorify(num_buckets), HashBucket, HashedCross), which it cannot do")
     cats = []
     for n,w in zip(to.cat_names, widths):
         vocab = list(vocab_values(cat, n))
         if n in mh:
             cats.append(_multi_hot(g, to, n, vocab, w, list_sep, cols))
             continue
+        if n in joined:
+            cats.append(g.column(_joined_cat(g, joined[n], n, vocab, cols)))
+            continue
         kind = _key_type(n, vocab)
         if n in flags: x = flags[n]
+        elif n in buckets: x = buckets[n]
         else:
             x = g.raw(n, kind)
             cols[n] = {'type': kind, 'kind': 'cat'}
@@ -333,8 +419,9 @@ def _procs_graph(to, widths:list, list_sep='|'):
     from onnx import helper
     procs,cols = _procs(to),{}
     g = _Graph(getattr(to, 'float_dtypes', {}))   # the training frame's: fastai's TabularPandas keeps none
-    conts,flags = _conts(g, to, procs, cols)
-    cats = _cats(g, to, procs, widths, flags, list_sep, cols)
+    conts,buckets = _numbers(g, to, cols)
+    conts,flags = _conts(g, to, procs, cols, conts)
+    cats = _cats(g, to, procs, widths, flags, buckets, list_sep, cols)
     outs = [g.output(name, blocks, tt, w) for name,blocks,tt,w in
             (('x_cat', cats, T.INT64, sum(widths)), ('x_cont', conts, T.FLOAT, len(to.cont_names))) if blocks]
     return helper.make_graph(g.nodes, 'fastai_gpu_tabular_procs', g.inputs, outs, initializer=g.inits), cols
@@ -349,7 +436,9 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     -> LabelEncoder, unseen -> 0 '#na#'; a multi-hot string column -> StringSplit, padded with -1 or cut to its slots;
     FillMissing -> IsNaN/Where and the `_na` flag; Normalize -> Sub/Div; TargetEncode -> LabelEncoder to doubles, the
     missing category's value for a missing input, the target's mean for an unseen one; JoinGroupby likewise, the cont's
-    statistic over all training rows for an unseen category) merged with the model, whose
+    statistic over all training rows for an unseen category; JoinExternal -> a LabelEncoder from the key; Bucketize ->
+    comparisons against its edges; LogOp -> Log of 1 + x; Clip -> Where; DifferenceLag, History and ListSlice are
+    refused: their columns come from each key's earlier rows) merged with the model, whose
     multi-hot bags export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64
     (integer and bool categories), double (continuous and float categories; NaN is missing; one that was float32 in
     training is cast to float32 first, as `process` casts it, and the procs compute in the dtypes the frame did); a

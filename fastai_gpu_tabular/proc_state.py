@@ -15,6 +15,9 @@ from fastai.tabular.core import FillMissing, FillStrategy
 
 from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross
+from .history import DifferenceLag, History, ListSlice
+from .joins import JoinExternal
+from .numeric import Bucketize, Clip, LogOp
 from .procs import Categorify, LazyCategoryMap
 from .target import TargetEncode
 
@@ -234,6 +237,68 @@ def _groupby_restore(s):
     p.defaults = {x: decode_dict(d) for x,d in s['defaults'].items()}
     return p
 
+_TABLE_DTYPES = (*_NUMPY, 'object', 'str', 'string')
+
+def _enc_table(df:pd.DataFrame, where:str) -> dict:
+    """A host frame of plain columns (a proc's last events, a side table) as typed JSON: each column's dtype and its
+    values, the missing ones' positions apart (typed JSON has no missing value)."""
+    cols = []
+    for c in df.columns:
+        s = df[c]
+        miss = np.asarray(s.isna())
+        dt = str(s.dtype) if str(s.dtype) in _TABLE_DTYPES else 'object'
+        cols.append({'name': str(c), 'dtype': dt, 'missing': np.flatnonzero(miss).tolist(),
+                     **encode_values(list(s[~miss]), f"{where}[{c!r}]")})
+    return {'rows': len(df), 'columns': cols}
+
+def _dec_table(d:dict) -> pd.DataFrame:
+    "The frame `_enc_table` wrote."
+    n, res = int(d['rows']), {}
+    for c in d['columns']:
+        if c['dtype'] not in _TABLE_DTYPES: raise ValueError(f"a column of dtype {c['dtype']!r}")
+        vals, miss = decode_values(c), np.asarray(c['missing'], dtype=np.int64)
+        if len(vals) + len(miss) != n: raise ValueError(f"column {c['name']!r} holds {len(vals) + len(miss)} rows")
+        a = np.empty(n, dtype=object)
+        keep = np.ones(n, bool)
+        keep[miss] = False
+        a[keep] = vals
+        res[c['name']] = pd.Series(a, dtype=object if c['dtype'] == 'object' else c['dtype'])
+    return pd.DataFrame(res, index=pd.RangeIndex(n))
+
+def _history_state(p) -> dict:
+    "DifferenceLag's and History's arguments, and the last events of each key they learned (None before set-up)."
+    init = {'keys': p.keys, 'time': p.time, 'names': p.names}
+    if isinstance(p, History): init.update(n=p.n, lags=p.lags)
+    return {'init': init, 'last': None if p.last is None else _enc_table(p.last, f"{type(p).__name__}.last")}
+
+def _history_restore(cls):
+    def restore(s):
+        p = cls(**s['init'])
+        p.last = None if s['last'] is None else _dec_table(s['last'])
+        return p
+    return restore
+
+def _slice_state(p) -> dict: return {'names': p.names, 'start': p.start, 'stop': p.stop}
+def _slice_restore(s): return ListSlice(s['names'], s['start'], s['stop'])
+
+def _bucketize_state(p) -> dict:
+    _need(p, 'bins')
+    return {'init': {'names': p.names, 'boundaries': p.boundaries, 'q': p.q, 'right': p.right},
+            'bins': None if p.bins is None else {n: [float(v) for v in b] for n,b in p.bins.items()}}
+
+def _bucketize_restore(s):
+    p = Bucketize(**s['init'])
+    p.bins = None if s['bins'] is None else {n: [float(v) for v in b] for n,b in s['bins'].items()}
+    return p
+
+def _clip_state(p) -> dict: return {'names': p.names, 'min_value': p.min_value, 'max_value': p.max_value}
+def _clip_restore(s): return Clip(s['names'], s['min_value'], s['max_value'])
+
+def _join_state(p) -> dict:
+    return {'on': p.on, 'cat_names': p.cat_names, 'cont_names': p.cont_names,
+            'table': _enc_table(p.table, 'JoinExternal.table')}
+def _join_restore(s): return JoinExternal(_dec_table(s['table']), s['on'], s['cat_names'], s['cont_names'])
+
 register_saved_proc(Categorify, _categorify_state, _categorify_restore(Categorify))
 register_saved_proc(fatc.Categorify, _categorify_state, _categorify_restore(fatc.Categorify))
 register_saved_proc(FillMissing, _fillmissing_state, _fillmissing_restore)
@@ -245,6 +310,13 @@ register_saved_proc(HashBucket, _hashing_state, _hashing_restore(HashBucket))
 register_saved_proc(HashedCross, _hashing_state, _hashing_restore(HashedCross))
 register_saved_proc(TargetEncode, _target_state, _target_restore)
 register_saved_proc(JoinGroupby, _groupby_state, _groupby_restore)
+register_saved_proc(DifferenceLag, _history_state, _history_restore(DifferenceLag))
+register_saved_proc(History, _history_state, _history_restore(History))
+register_saved_proc(ListSlice, _slice_state, _slice_restore)
+register_saved_proc(Bucketize, _bucketize_state, _bucketize_restore)
+register_saved_proc(LogOp, lambda p: {'names': p.names}, lambda s: LogOp(s['names']))
+register_saved_proc(Clip, _clip_state, _clip_restore)
+register_saved_proc(JoinExternal, _join_state, _join_restore)
 
 def saved_state(p) -> dict:
     "`{'type', 'state'}` of proc `p`: its class's name, and its learned state as its registration gives it."

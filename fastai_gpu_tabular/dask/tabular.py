@@ -43,14 +43,19 @@ from ..chunks import PackedChunks, RowBlocks, part_name
 from ..core import TabularGPU
 from ..data import BatchDataLoaders
 from ..hashing import HashBucket, HashedCross
+from ..history import DifferenceLag, History, ListSlice
+from ..joins import JoinExternal
 from ..loader import BatchDataLoader
+from ..numeric import Bucketize, Clip, LogOp
 from ..pack import Layout, pack_rows
 from ..prepare import multi_hot_columns, prepare_names, set_procs
 from ..progress import dask_progress
 from ..splits import column_split, valid_mask
 from ..stream import StreamDataLoader, byte_count, free_memory
 from .groupby import JoinGroupby, register_dask_groupby
+from .history import register_dask_history
 from .procs import learns_from_conts, register_dask_procs
+from .rows import register_dask_rows
 from .scan import (
     CachedColumn,
     CacheDir,
@@ -75,7 +80,8 @@ _MEDIAN_SAMPLE = 4096   # training rows a partition samples each continuous colu
 _TRAIN_CONTS_BYTES = 512 << 20
 
 _PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize, HashBucket,
-          HashedCross, TargetEncode, JoinGroupby)
+          HashedCross, TargetEncode, JoinGroupby, DifferenceLag, History, ListSlice, JoinExternal, Bucketize, LogOp,
+          Clip)
 
 def _split_spec(splits, columns) -> tuple:
     "`(column, on)` of a split given as a column name or fastai's `ColSplitter(col, on)`; `(None, None)` for no split."
@@ -154,8 +160,8 @@ class TabularDask(TabularGPU):
         self.split_col, self.split_on = _split_spec(splits, list(df.columns))
         bad = [getattr(p, '__name__', type(p).__name__) for p in (procs.fs if isinstance(procs, Pipeline) else L(procs))
                if not issubclass(p if isinstance(p, type) else type(p), _PROCS)]
-        if bad: raise TypeError(f"proc(s) {bad} have no Dask implementation: TabularDask runs Categorify, FillMissing, "
-                                "Normalize, HashBucket, HashedCross, TargetEncode, JoinGroupby and the target procs")
+        if bad: raise TypeError(f"proc(s) {bad} have no Dask implementation: TabularDask runs "
+                                f"{', '.join(p.__name__ for p in _PROCS[:3] + _PROCS[6:])} and the target procs")
         meta = df._meta
         for n in [n for n in cont_names if n in meta.columns]:   # a proc's columns (`made_columns`) come later
             dt = meta[n].dtype
@@ -481,3 +487,5 @@ class TabularDask(TabularGPU):
 register_dask_procs(TabularDask)
 register_dask_target(TabularDask)
 register_dask_groupby(TabularDask)
+register_dask_history(TabularDask)
+register_dask_rows(TabularDask)

@@ -10,39 +10,15 @@ import torch
 
 dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
 import dask.dataframe as dd
-from dask.callbacks import Callback
-from dask.dataframe.io.parquet.arrow import ArrowDatasetEngine
 from fastai.tabular.all import Categorify as FastaiCategorify
 from fastai.tabular.all import CategoryBlock, ColSplitter, FillMissing, FillStrategy, Normalize, TabularPandas
 from fastai_gpu_tabular.all import Categorify, HashBucket, HashedCross, JoinGroupby, TabularGPU, TargetEncode
 from fastai_gpu_tabular.dask import procs as dask_procs
-from fastai_gpu_tabular.dask import tabular as dask_tabular
 from fastai_gpu_tabular.datasets import criteo_names, criteo_parts, load_adult, load_movielens
 
 @pytest.fixture(autouse=True)
 def _sync():
     with dask.config.set(scheduler='sync'): yield
-
-@pytest.fixture
-def count(monkeypatch):
-    """`count()`: a context that counts the passes over the rows (Dask computes) and the Parquet partitions read (each
-    a file here) in it, as `{'passes': n, 'reads': n}`."""
-    got, on = {'passes': 0, 'reads': 0}, [False]
-    read = ArrowDatasetEngine.read_partition.__func__
-    def reading(cls, *a, **k):
-        got['reads'] += on[0]
-        return read(cls, *a, **k)
-    monkeypatch.setattr(ArrowDatasetEngine, 'read_partition', classmethod(reading))
-    def start(dsk): got['passes'] += 1
-    class _Count:
-        def __enter__(self):
-            self.cb, on[0] = Callback(start=start), True
-            self.cb.__enter__()
-            return got
-        def __exit__(self, *exc):
-            on[0] = False
-            self.cb.__exit__(*exc)
-    return _Count
 
 def _same_state(a, b):
     "Vocabularies, fill values, means, stds and the target's vocab: equal values of the same types."
@@ -67,13 +43,6 @@ CRITEO_PARTS = 4
 def criteo(tmp_path_factory):
     "The bench's Criteo-like data, 24,000 rows in 4 Parquet files of 6,000 (one Dask partition each)."
     return criteo_parts(tmp_path_factory.mktemp('criteo'), 24_000, seed=3, part_rows=6_000, max_card=20_000)
-
-@pytest.fixture(params=[True, False], ids=['held', 'spilled'])
-def held(request, monkeypatch):
-    """Whether the training rows' conts are held in memory for the statistics (they fit the budget), or each statistic
-    passes over the partitions (a budget of 0 bytes)."""
-    if not request.param: monkeypatch.setattr(dask_tabular, '_TRAIN_CONTS_BYTES', 0)
-    return request.param
 
 @pytest.mark.parametrize('strings', [True, False], ids=['arrow', 'object'])
 def test_criteo_in_two_or_five_passes(criteo, count, strings, held):

@@ -1,0 +1,131 @@
+"""A key's history, side tables and numbers' procs on Dask: bit for bit the in-memory `TabularGPU`'s packed rows and
+learned state (each key's last events, vocabularies, fill values, means and stds) on frames whose keys are spread over
+the partitions (MovieLens users, planes by tailnum, some missing), a later Dask frame through both, and the passes each
+makes, counted: a shuffle pass for each history proc; for the others, only what the procs after them need to learn."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
+import dask.dataframe as dd
+from fastai.tabular.all import Categorify, ColSplitter, FillMissing, Normalize
+from fastai_gpu_tabular.all import (
+    Bucketize,
+    Clip,
+    DifferenceLag,
+    History,
+    JoinExternal,
+    ListSlice,
+    LogOp,
+    TabularGPU,
+)
+from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
+
+@pytest.fixture(autouse=True)
+def _sync():
+    with dask.config.set({'scheduler': 'sync', 'dataframe.convert-string': False}): yield
+
+PARTS = 4
+
+@pytest.fixture(scope='module')
+def ratings():
+    "30,000 MovieLens 100K ratings, shuffled (each user's in every partition), genres as '|' strings, a split column."
+    df = load_movielens_100k().sample(frac=1, random_state=1).iloc[:30000].reset_index(drop=True)
+    return df.assign(genres=df.genres.str.join('|'), is_valid=np.random.default_rng(0).random(len(df)) < 0.2)
+
+@pytest.fixture(scope='module')
+def movies(ratings):
+    "A side table of half the movies: their ratings' count (a cont) and first genre (a cat)."
+    g = ratings.groupby('item_id')
+    t = pd.DataFrame({'ratings': g.size().astype('float64'), 'genre': g.genres.first().str.split('|').str[0]})
+    return t.reset_index().iloc[::2].reset_index(drop=True)
+
+KW = dict(cat_names=['user_id', 'item_id', 'genres', 'occupation', 'gender'], cont_names=['timestamp', 'age'],
+          y_names='rating', multi_hot={'genres': '|'})
+
+def history_procs():
+    return [DifferenceLag('user_id', 'timestamp'), DifferenceLag(['occupation', 'gender'], 'timestamp'),
+            History('item_id', 'user_id', 'timestamp', n=3, lags=True), ListSlice('item_id_last3_user_id', 0, 2),
+            Categorify, FillMissing, Normalize]
+
+def row_procs(movies):
+    return lambda: [JoinExternal(movies, 'item_id'), ListSlice('genres', -2), Clip('age', 10, 60), LogOp('ratings'),
+                    Bucketize('age', q=4), Bucketize('timestamp', boundaries=[8.8e8, 8.9e8]), Categorify, FillMissing,
+                    Normalize]
+
+def both(df, procs, kw, **dkw):
+    "The Dask Tabular over 4 partitions of `df`, and the in-memory one of the same rows, split by the same column."
+    td = TabularGPU(dd.from_pandas(df, npartitions=PARTS, sort=False), procs=procs(), splits='is_valid',
+                    progress=False, **kw, **dkw)
+    return td, TabularGPU(df, procs=procs(), splits=ColSplitter('is_valid'), **kw)
+
+def same(td, tg):
+    "The same packed rows (training then validation rows), names and learned state, bit for bit."
+    assert list(td.cat_names) == list(tg.cat_names) and list(td.cont_names) == list(tg.cont_names)
+    rows = tg.packed_rows()[0]
+    assert torch.equal(td.train.packed_rows()[0], rows[:tg.split])
+    assert torch.equal(td.valid.packed_rows()[0], rows[tg.split:])
+    for p,q in zip(td.procs.fs, tg.procs.fs):
+        if getattr(q, 'last', None) is not None: pd.testing.assert_frame_equal(p.last, q.last)
+        if getattr(q, 'bins', None) is not None: assert p.bins == q.bins
+    for n in tg.classes: assert [(type(v), v) for v in td.classes[n]] == [(type(v), v) for v in tg.classes[n]], n
+    for d in ('na_dict', 'means', 'stds', 'multi_hot_lens'):
+        x, y = getattr(td, d, {}), getattr(tg, d, {})
+        assert list(x) == list(y) and all(x[k] == y[k] and type(x[k]) is type(y[k]) for k in y), d
+
+def test_history_is_the_in_memory_one(ratings, count, held):
+    """Lags by one and by two key columns, the last 3 movies and their lags, cut to 2: the in-memory rows and state bit
+    for bit. A pass each history proc (its shuffle); their lags join the held training conts, so FillMissing and
+    Normalize then need none (else their two each, as for any cont not held)."""
+    assert (ratings.groupby('user_id').apply(lambda g: len(set(g.index * PARTS // len(ratings))),
+                                             include_groups=False) > 1).mean() > 0.9   # users in several partitions
+    with count() as got: td, tg = both(ratings, history_procs, KW)
+    # the scan, three history passes, ListSlice's lists' elements and lengths (2), the write; spilled: the median's
+    # sample and bracket, Normalize's sums and squares
+    assert got['passes'] == 1 + 3 + 2 + 1 + (0 if held else 4)
+    same(td, tg)
+
+def test_planes_with_missing_tailnums(count):
+    "The flights' planes (string keys, 2% missing): each plane's previous destination and the minutes since its flight."
+    df = load_flights().sample(n=30000, random_state=2).reset_index(drop=True)
+    dep = pd.to_datetime(df[['year', 'month', 'day', 'hour', 'minute']])
+    df = df.assign(dep=(dep - pd.Timestamp('2013-01-01')) // pd.Timedelta(minutes=1), is_valid=df.index % 5 == 0)
+    procs = lambda: [DifferenceLag('tailnum', 'dep'), History('dest', 'tailnum', 'dep', n=2), Categorify, FillMissing]
+    kw = dict(cat_names=['tailnum', 'dest', 'carrier'], cont_names=['dep', 'distance'], y_names='hour')
+    assert df.tailnum.isna().sum() > 100
+    same(*both(df, procs, kw))
+
+def test_row_procs_are_the_in_memory_ones(ratings, movies, count, held):
+    """A side table joined to every partition (a broadcast join), the last two genres, clipped ages, log1p of the
+    joined counts, ages' quartiles and given boundaries: the in-memory rows and state bit for bit. Bucketize's
+    quartiles come from the held training conts (Clip's ages among them) with no pass; ListSlice's lists cost
+    Categorify a pass for their elements and one for their lengths, and the joined cont (which is not held) one for its
+    missing values, then FillMissing's median and Normalize two each."""
+    with count() as got: td, tg = both(ratings, row_procs(movies), KW)
+    # the scan; the cut lists' elements and lengths; the joined cont's missing values; the median's sample and
+    # bracket; Normalize's sums and squares; the write; spilled: Bucketize's training values too
+    assert got['passes'] == 1 + 2 + 1 + 2 + 2 + 1 + (0 if held else 1)
+    same(td, tg)
+
+def test_later_dask_frame(ratings, movies):
+    """A later frame as a Dask frame follows the training frame's state, as in memory: through a Dask Tabular and an
+    in-memory one, the rows `new` gives in memory, bit for bit."""
+    cut = ratings.timestamp.quantile(0.7)
+    old, later = ratings[ratings.timestamp < cut], ratings[ratings.timestamp >= cut].drop(columns='is_valid')
+    procs = lambda: history_procs()[:4] + row_procs(movies)()
+    td, tg = both(old, procs, KW)
+    mem = tg.new(later)
+    mem.process()
+    for to in (td, tg):
+        new = to.new(dd.from_pandas(later, npartitions=3, sort=False))
+        new.progress = False
+        new.process()
+        assert torch.equal(new.train.packed_rows()[0], mem.packed_rows()[0])   # no split: every row trains
+
+def test_missing_times_before_the_pass(ratings, count):
+    "A time with missing values: the error, from the scan's counts, before the history's pass."
+    df = ratings.assign(timestamp=ratings.timestamp.astype('float64').where(ratings.index % 9 > 0))
+    with count() as got, pytest.raises(ValueError, match=r"time column 'timestamp' holds 3334 missing value\(s\)"):
+        both(df, lambda: [History('item_id', 'user_id', 'timestamp'), Categorify, FillMissing], KW)
+    assert got['passes'] == 1   # the scan
