@@ -101,7 +101,8 @@ def test_readme_test_command_is_what_ci_runs():
     assert cmds == ['bash scripts/test.sh'], cmds
     ci = (ROOT/'.ci'/'run').read_text()
     assert re.findall(r'^\s*env "\$\{envs\[@\]\}" (.*?) "\$@" \|\| status=1$', ci, re.M) == cmds, 'run_pass runs it'
-    lines = {env['PANDAS']: args for env,args in ci_passes().values() if 'FGT_FAKE_DEVICE' not in env}
+    stand_ins = {'FGT_FAKE_DEVICE', 'FGT_FAKE_CUDF'}
+    lines = {env['PANDAS']: args for env,args in ci_passes().values() if not stand_ins & set(env)}
     assert sorted(lines) == ['2.3', '3.1'] and all('tests' in args for args in lines.values()), lines
 
 def test_install_commands_in_messages_are_the_readmes():
@@ -112,11 +113,26 @@ def test_install_commands_in_messages_are_the_readmes():
 def test_ci_runs_the_suite_on_the_stand_in_device():
     """A pass of `.ci/run` runs README's test command with the CPU stand-in for a GPU (tests/helpers/fake_device.py),
     on cuDF 26.10's pandas, without this file (it installs into fresh environments, where the stand-in is not)."""
-    (env, args), = [p for p in ci_passes().values() if '${OFF_DEVICE[@]/#/--ignore=}' in p[1]]
+    (env, args), = [p for p in ci_passes().values() if '${OFF_DEVICE[@]/#/--ignore=}' in p[1]
+                    and 'FGT_FAKE_CUDF' not in p[0]]
     assert env['FGT_FAKE_DEVICE'] == 'lazy' and env['PANDAS'] == '3.0' and 'tests' in args, (env, args)
     lists = {k: v.split() for k,v in re.findall(r'^(\w+)=\((.*?)\)', (ROOT/'.ci'/'run').read_text(), re.M | re.S)}
     assert 'tests/test_install.py' in lists['OFF_DEVICE'], lists
     assert [f for v in lists.values() for f in v if not (ROOT/f).is_file()] == [], 'files the passes leave out exist'
+
+def test_ci_runs_the_cudf_tests_on_the_cudf_stand_in():
+    """`.ci/run` runs the `cudf` tests on the cuDF stand-in (tests/helpers/fake_cudf) for each cuDF line, with its
+    pandas (26.06: pandas 2.3; 26.10: 3.0), the 26.10 line with the GPU stand-in too, every test file in one pass or
+    the other."""
+    from helpers.fake_cudf import VERSIONS
+    passes = [(env, args) for env,args in ci_passes().values() if 'FGT_FAKE_CUDF' in env]
+    assert all(args[:2] == ['-m', 'cudf'] for _,args in passes), passes
+    assert {env['FGT_FAKE_CUDF'] for env,_ in passes} == set(VERSIONS)
+    assert all(env['PANDAS'] == {'26.06': '2.3', '26.10': '3.0'}[env['FGT_FAKE_CUDF']] for env,_ in passes)
+    lazy = [args for env,args in passes if env.get('FGT_FAKE_DEVICE') == 'lazy' and env['FGT_FAKE_CUDF'] == '26.10']
+    rest = [args for env,args in passes if 'FGT_FAKE_DEVICE' not in env and env['FGT_FAKE_CUDF'] == '26.10']
+    assert lazy == [['-m', 'cudf', 'tests', '${OFF_DEVICE[@]/#/--ignore=}', '${ON_DEVICE_TOO_BIG[@]/#/--ignore=}']]
+    assert rest == [['-m', 'cudf', '${OFF_DEVICE[@]}', '${ON_DEVICE_TOO_BIG[@]}']]
 
 @needs_pip('24.1', "older ones refuse the 'name @ git+file:///...' requirement as invalid")
 def test_readme_install_commands_resolve(checkout, fresh_env, tmp_path):

@@ -854,7 +854,7 @@ def _fill(s:pd.Series, value):
     return s.mask(_nulls(s)).fillna(value)
 
 def _cast_dtype(dtype):
-    "The dtype cuDF shows for a cast to `dtype`: a pandas extension dtype asked for is kept (`as_column`), others derived"
+    "The dtype cuDF shows for a cast to `dtype`: a pandas extension dtype asked for is kept (`as_column`), else None"
     if isinstance(dtype, pd.api.extensions.ExtensionDtype) and not isinstance(dtype, pd.CategoricalDtype): return dtype
     return None
 
