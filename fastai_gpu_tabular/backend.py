@@ -453,6 +453,14 @@ def sorted_uniques(col:Column) -> list:
     try: return sorted(u)
     except TypeError: raise mixed_types_error(col.name, u) from None
 
+def truthy(col:Column) -> Column:
+    """`col.astype(bool)` as fastai's `ColSplitter` casts the column's NumPy values: NaN is True (validation). On cuDF
+    NaN is null, which the cast keeps (a null would read as training): a float column's nulls are NaN, so True; any
+    other null is pandas' None, False."""
+    if not is_cudf(col): return col.astype(bool)
+    if col.dtype.kind == 'f': col = col.fillna(1.0)
+    return col.astype(bool).fillna(False)
+
 def py_values(values:list) -> list:
     "`values` as Python objects (NumPy scalars as theirs): the elements of pandas' lists are, where cuDF's are typed."
     return [v.item() if isinstance(v, np.generic) else v for v in values]

@@ -198,7 +198,7 @@ def _categorify_setups(self, to):
         values = freq_values(col, mf, mv) if cut else _cat_values(col)
         # pandas holds a bool column with missing values as Python objects: fastai's vocab has `bool`, not `np.bool_`
         if n not in to.multi_hot and holds_py_bools(to.full_items[n]): values = [bool(v) for v in values]
-        if n in to.multi_hot and is_cudf(col): values = py_values(values)   # pandas' lists hold Python objects
+        if n in to.multi_hot: values = py_values(values)   # pandas' lists hold Python objects, cuDF's typed ones
         # a pandas categorical's categories are its vocab, as an Index at hand: encoding finds them equal, no lookup
         # (a performance path for pandas: a cuDF column's categories are on the device)
         same = not cut and not is_cudf(col) and type(col.dtype).__name__ == 'CategoricalDtype'
@@ -213,7 +213,8 @@ def _categorify_encodes(self, to):
 def _on_host(to):
     """Decoding, a proc at a time as fastai's notebooks call it (`to.procs.categorify.decode(to)`), runs on the host:
     a column of `#na#` among numbers has no cuDF dtype, and decoded values are for display."""
-    if is_cudf(to.items): to.items = to_pandas(to.items)
+    items = to.items
+    if (host := to_pandas(items)) is not items: to.items = host
 
 def _categorify_decodes(self, to):
     _on_host(to)

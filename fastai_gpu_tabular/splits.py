@@ -6,24 +6,16 @@ from __future__ import annotations
 import numpy as np
 from fastcore.foundation import L
 
-from .backend import backend_of, is_cudf, is_dask, to_pandas
+from .backend import backend_of, is_dask, to_pandas, truthy
 
 __all__ = []
-
-def _truthy(col):
-    """`col.astype(bool)` as fastai's `ColSplitter` casts the column's NumPy values: NaN is True (validation). On cuDF
-    NaN is null, which the cast keeps (a null would read as training): a float column's nulls are NaN, so True; any
-    other null is pandas' None, False."""
-    if not is_cudf(col): return col.astype(bool)
-    if col.dtype.kind == 'f': col = col.fillna(1.0)
-    return col.astype(bool).fillna(False)
 
 def valid_mask(col, on=None):
     "fastai's `ColSplitter` rule on a column (pandas, cuDF or Dask): truthy values (or those equal to/in `on`) validate"
     if on is None:
         # on Dask, not `col.astype(bool)`: dask 2026.8's optimizer drops that cast when it pushes a projection through
         # the filter, so `frame[mask][cols]` indexes by the column's values or returns the mask itself
-        return col.map_partitions(_truthy, meta=(col.name, bool)) if is_dask(col) else _truthy(col)
+        return col.map_partitions(truthy, meta=(col.name, bool)) if is_dask(col) else truthy(col)
     res = col.isin(list(on)) if isinstance(on, (list, tuple, set, L)) else col == on
     return res.fillna(False) if backend_of(res) == 'cudf' else res   # a null compares as null on cuDF: not equal
 
