@@ -12,7 +12,7 @@ from fastai.data.transforms import Categorize, CategoryMap, Normalize
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, FillStrategy
 
-from ..backend import explode_lists, is_cudf, sorted_uniques, to_host, to_pandas
+from ..backend import explode_lists, is_cudf, py_values, sorted_uniques, to_host, to_pandas
 from ..checks import check_fill_value, check_labels, check_unfilled_nan
 from ..core import TabularGPU
 from ..hashing import HashBucket, HashedCross, bucket_labels, is_bucket_dtype
@@ -177,6 +177,7 @@ def _categorify_setups(self, to):
         vals = fixed[n]
         if vals is None: vals = sorted_uniques(pd.Series(got.index if mf or mv else got.to_numpy(), name=n))
         vals = keep_frequent(vals, got, mf, mv) if (mf or mv) and n not in hashed else vals
+        if n in to.multi_hot: vals = py_values(vals)   # as in memory: a list's elements as Python objects
         self.classes[n] = category_map(vals + bucket_labels(buckets_of(self, n)))
         if n in hists: self.multi_hot_lens[n] = bag_width(hists[n], n, mb.get(n) if isinstance(mb, dict) else mb)
 
