@@ -47,6 +47,15 @@ def test_split_column_missing(frame):
     with pytest.raises(KeyError, match="'holdout'"):
         TabularGPU(frame, splits='holdout', **_kw())
 
+def test_split_column_that_validates_every_row(frame):
+    """A split column that leaves no training row (fastai's `TabularPandas` would set up on none) is named in the error,
+    before the procs: here strings, every non-empty one of which fastai's rule reads as True."""
+    df = frame.assign(fold=np.where(frame.is_valid, 'valid', 'train'))
+    assert len(ColSplitter('fold')(df)[0]) == 0
+    with pytest.raises(ValueError, match="split column 'fold' puts every row in the validation set.*strings"):
+        TabularGPU(df, splits='fold', **_kw())
+    assert len(TabularGPU(df, splits=ColSplitter('fold', on='valid'), **_kw()).train) == (~frame.is_valid).sum()
+
 def test_positions_as_arrays(frame):
     "Row positions as NumPy arrays or fastai's `L`s give the same order (no Python iteration of either is needed)."
     trn, val = ColSplitter('is_valid')(frame)

@@ -50,7 +50,7 @@ from ..numeric import Bucketize, Clip, LogOp
 from ..pack import Layout, pack_rows
 from ..prepare import multi_hot_columns, prepare_names, set_procs
 from ..progress import dask_progress
-from ..splits import column_split, valid_mask
+from ..splits import check_training_rows, column_split, valid_mask
 from ..stream import StreamDataLoader, byte_count, free_memory
 from .groupby import JoinGroupby, register_dask_groupby
 from .history import register_dask_history
@@ -187,6 +187,8 @@ class TabularDask(TabularGPU):
             self.float_dtypes = float_dtypes(self.items._meta, cat_names + cont_names + y_names)   # as `TabularGPU`
             if do_setup: check_rows(int(self.scan.rows.sum()))
             self.split = int(self.scan.rows[0])
+            if do_setup and self.split_col is not None:
+                check_training_rows(self.split, self.split_col, self.items._meta[self.split_col].dtype)
             if do_setup: self.setup()
 
     @contextlib.contextmanager

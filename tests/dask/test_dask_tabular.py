@@ -141,6 +141,28 @@ def test_without_reduce_memory_and_with_colsplitter_on():
     _same_state(to, tg)
     assert 'quito' not in to.classes['city'] and to.items['f64'].dtype == np.float64   # nothing shrunk
 
+@pytest.mark.parametrize('vals', [[True, False, None], [True, False]], ids=['with_none', 'bools'])
+def test_object_split_column_made_strings(vals):
+    """An object split column (bools, with None or not) that Dask's `from_pandas` makes strings: fastai's `ColSplitter`
+    rule on those fails at a missing one (as fastai's own cast of pandas' NA does) or validates every row; either is a
+    ValueError naming the column and the cast, in the scan, before the procs. Cast to bool, the rows are fastai's on
+    the user's own column."""
+    df = _frame(1200, seed=5)
+    pick = np.random.default_rng(5).integers(0, len(vals), len(df))
+    df['is_valid'] = pd.Series(np.array(vals, dtype=object)[pick], dtype=object)
+    ddf = dd.from_pandas(df, npartitions=4)
+    assert ddf['is_valid'].dtype != object   # Dask's strings: what this test is about
+    kw = lambda: dict(procs=[Categorify, FillMissing, Normalize], cat_names=list(CATS), cont_names=list(CONTS),
+                      y_names='label')
+    with pytest.raises(ValueError, match=r"split column 'is_valid'.*df\[col\]\.astype\(bool\)"):
+        TabularGPU(ddf, splits='is_valid', **kw())
+    if None in vals:   # fastai's own cast of the column as Dask holds it fails too
+        with pytest.raises((TypeError, ValueError)): ColSplitter('is_valid')(ddf.compute())
+    else: assert len(ColSplitter('is_valid')(ddf.compute())[0]) == 0   # fastai's rule there: no training row
+    cast = df.assign(is_valid=df['is_valid'].astype(bool))
+    to = TabularGPU(dd.from_pandas(cast, npartitions=4), splits='is_valid', **kw())
+    assert (len(to.train), len(to.valid)) == tuple(map(len, ColSplitter('is_valid')(df)))
+
 def test_min_freq_max_vocab():
     "Our Categorify options give the in-memory TabularGPU's vocabularies (TabularPandas has neither option)."
     df = _frame(2000, seed=4)
