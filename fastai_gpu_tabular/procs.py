@@ -21,6 +21,7 @@ from .backend import (
     explode_lists,
     fill_stat,
     holds_py_bools,
+    is_categorical,
     is_cudf,
     normalize_stats,
     py_values,
@@ -201,7 +202,7 @@ def _categorify_setups(self, to):
         if n in to.multi_hot: values = py_values(values)   # pandas' lists hold Python objects, cuDF's typed ones
         # a pandas categorical's categories are its vocab, as an Index at hand: encoding finds them equal, no lookup
         # (a performance path for pandas: a cuDF column's categories are on the device)
-        same = not cut and not is_cudf(col) and type(col.dtype).__name__ == 'CategoricalDtype'
+        same = not cut and not is_cudf(col) and is_categorical(col.dtype)
         self.classes[n] = category_map(values + bucket_labels(buckets_of(self, n)),
                                        index=col.cat.categories if same else None)
 
