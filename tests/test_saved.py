@@ -31,9 +31,10 @@ from helpers.parity import assert_same_batches, assert_same_processing, build_bo
 import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU
 from fastai_gpu_tabular.backend import backend_of, to_pandas
-from fastai_gpu_tabular.datasets import load_flights
+from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
 from fastai_gpu_tabular.proc_state import decode_values, encode_values
 
+SAVED_OPS = Path(__file__).parent/'data'/'saved-ops-v1'
 ADULT = dict(cat_names=['workclass', 'education', 'marital-status', 'occupation', 'gender', 'native-country'],
              cont_names=['age', 'fnlwgt', 'educational-num', 'hours-per-week'], y_names='income',
              y_block=CategoryBlock())
@@ -430,6 +431,24 @@ def test_target_and_groupby_procs_saved(case, adult, ml, tmp_path):
     assert_same_loaders(ours, loaded)
     a, b = (_batches(to.dataloaders(bs=1024, shuffle=False).test_dl(raw)) for to in (ours, loaded))
     assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+
+def test_a_save_of_every_op_from_before_the_folders_loads(tmp_path):
+    """tests/data/saved-ops-v1, saved when each op's type was `fastai_gpu_tabular.<module>.<op>` (helpers/saved_ops.py
+    says how), loads under the ops' names of today: the same procs, rows and encodings of later rows as the recipe's."""
+    from helpers.saved_ops import ops_frame, ops_tabular
+    old_names = [p['type'] for p in json.loads((SAVED_OPS/'tabular.json').read_text())['procs']]
+    assert 'fastai_gpu_tabular.history.History' in old_names   # written before the move, not by today's save
+    df = ops_frame()
+    ours, loaded = ops_tabular(df), TabularGPU.load(SAVED_OPS, progress=False)
+    assert [type(p) for p in loaded.procs.fs] == [type(p) for p in ours.procs.fs]
+    assert_same_loaders(ours, loaded)
+    later = load_movielens_100k().iloc[600:900].drop(columns='rating')   # the saved state's history goes on
+    later = later.assign(age_log=later.age.astype('f8'), age_clip=later.age.astype('f8'))
+    a, b = (_batches(to.dataloaders(bs=128, shuffle=False).test_dl(later)) for to in (ours, loaded))
+    assert len(a) == len(b) and all(torch.equal(s, t) for x,y in zip(a, b) for s,t in zip(x, y))
+    ours.save(tmp_path/'now', progress=False)   # and today's save writes today's names
+    now = [p['type'] for p in json.loads((tmp_path/'now'/'tabular.json').read_text())['procs']]
+    assert len(now) == len(old_names) and all(n.split('.')[-1] == o.split('.')[-1] for n,o in zip(now, old_names))
 
 def _header_len(f:Path) -> int:
     with open(f, 'rb') as fh:
