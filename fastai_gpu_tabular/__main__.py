@@ -28,7 +28,7 @@ from fastai.tabular.all import (
 from .backend import cudf_available, cudf_reason, to_backend
 from .core import TabularGPU
 from .datasets import load_flights
-from .loader import batch_size
+from .rows.loader import batch_size
 
 __all__ = ['flights_task', 'backend_note', 'PlainTable', 'main']
 

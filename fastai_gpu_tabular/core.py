@@ -42,11 +42,11 @@ from .checks import (
     fill_nan_check,
     raw_columns,
 )
-from .chunks import RowBlocks
-from .loader import BatchDataLoader
-from .pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
+from .rows.chunks import RowBlocks
+from .rows.loader import BatchDataLoader
+from .rows.pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
 from .prepare import multi_hot_columns, prepare_columns, prepare_names, set_procs
-from .procs import register_procs
+from .ops.procs import register_procs
 from .saved import load_tabular, save_tabular
 from .splits import split_rows
 

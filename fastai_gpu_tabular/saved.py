@@ -20,10 +20,10 @@ from fastai.tabular import core as fatc
 
 from .atomic import carry, fsync_tree, replacing, temp_prefix
 from .backend import frame_device, frame_of_tensors, to_backend, to_host
-from .chunks import SavedFormatError, check_header, is_part_name, load_rows, read_checked, write_blocks, write_npy
-from .pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
-from .proc_state import decode_dict, encode_dict, restore_proc, saved_state
-from .procs import LazyCategoryMap
+from .rows.chunks import SavedFormatError, check_header, is_part_name, load_rows, read_checked, write_blocks, write_npy
+from .rows.pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
+from .ops.proc_state import decode_dict, encode_dict, restore_proc, saved_state
+from .ops.procs import LazyCategoryMap
 from .progress import progress_rows
 
 __all__ = ['SavedFormatError']

@@ -7,8 +7,8 @@ import torch
 from fastai.tabular.all import CategoryBlock, FillMissing, Normalize, RandomSplitter
 from keras import ops
 from fastai_gpu_tabular.all import Categorify, TabularGPU, load_movielens
-from fastai_gpu_tabular.keras_loader import as_keras_dataset, bag_embedding, keras_inputs, to_tf
-from fastai_gpu_tabular.model import masked_bag_lookup
+from fastai_gpu_tabular.deploy.keras_loader import as_keras_dataset, bag_embedding, keras_inputs, to_tf
+from fastai_gpu_tabular.train.model import masked_bag_lookup
 
 def np_(t): return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
 

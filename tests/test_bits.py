@@ -8,7 +8,7 @@ import torch
 from fastai.tabular.all import Categorify, ColSplitter, FillMissing, Normalize, RandomSplitter, TabularPandas, range_of
 from fastai_gpu_tabular.all import TabularGPU
 from fastai_gpu_tabular.datasets import load_adult, load_flights
-from fastai_gpu_tabular.pack import unpack_rows
+from fastai_gpu_tabular.rows.pack import unpack_rows
 
 PROCS = [Categorify, FillMissing, Normalize]
 

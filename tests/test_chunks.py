@@ -11,7 +11,7 @@ import pytest
 import torch
 from fastai.tabular.all import Categorify, CategoryBlock, FillMissing, Normalize
 from fastai_gpu_tabular.all import TabularGPU
-from fastai_gpu_tabular.chunks import (
+from fastai_gpu_tabular.rows.chunks import (
     PAGE,
     PackedChunks,
     SavedFormatError,
@@ -24,7 +24,7 @@ from fastai_gpu_tabular.chunks import (
     write_npy,
 )
 from fastai_gpu_tabular.datasets import load_adult
-from fastai_gpu_tabular.pack import Layout
+from fastai_gpu_tabular.rows.pack import Layout
 
 SAVED = Path(__file__).parent/'data'/'saved-adult-v1'
 

@@ -32,7 +32,7 @@ from fastai.tabular.all import (
 )
 from helpers.parity import assert_same_processing, build_both, cont_atol
 import fastai_gpu_tabular.core as fgc
-import fastai_gpu_tabular.procs as fgp
+import fastai_gpu_tabular.ops.procs as fgp
 from fastai_gpu_tabular.all import BatchDataLoader, BatchDataLoaders, Lamb, TabularGPU
 from fastai_gpu_tabular.backend import (
     backend_of,

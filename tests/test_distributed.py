@@ -29,7 +29,7 @@ from fastai_gpu_tabular import core
 from fastai_gpu_tabular.all import AUC, DistributedBatchDL, Lamb, TabularGPU, tabular_learner
 from fastai_gpu_tabular.bench.ddp import rank_epochs
 from fastai_gpu_tabular.datasets import load_adult
-from fastai_gpu_tabular.distributed import shard_layout, shard_span
+from fastai_gpu_tabular.train.distributed import shard_layout, shard_span
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']
 CONTS = ['age', 'fnlwgt', 'educational-num', 'capital-gain', 'capital-loss', 'hours-per-week']

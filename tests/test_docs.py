@@ -61,8 +61,8 @@ def test_readme_is_a_front_page():
 def test_chapters_name_every_proc_export_and_save_know():
     """The deploy chapter's table names each proc `export_onnx` takes, and the saved-Tabulars chapter each proc a saved
     Tabular holds, as their registrations say (`export.ONNX_PROCS`, `TARGET_PROCS`, `proc_state.saved_proc_types`)."""
-    from fastai_gpu_tabular.export import ONNX_PROCS, TARGET_PROCS
-    from fastai_gpu_tabular.proc_state import saved_proc_types
+    from fastai_gpu_tabular.deploy.export import ONNX_PROCS, TARGET_PROCS
+    from fastai_gpu_tabular.ops.proc_state import saved_proc_types
     table = '\n'.join(l for l in (ROOT/'docs'/'deploy.md').read_text().splitlines() if l.startswith('|'))
     assert [c.__name__ for c in (*ONNX_PROCS, *TARGET_PROCS) if f'`{c.__name__}`' not in table] == []
     saved = (ROOT/'docs'/'saved-tabulars.md').read_text()

@@ -21,9 +21,9 @@ from helpers.faults import SmallDisk
 import fastai_gpu_tabular
 from fastai_gpu_tabular.all import Categorify, TabularGPU, load_adult, load_movielens_100k, tabular_learner
 from fastai_gpu_tabular.data import BatchDataLoaders
-from fastai_gpu_tabular.export import export_model, export_onnx, export_triton, onnx_inputs
+from fastai_gpu_tabular.deploy.export import export_model, export_onnx, export_triton, onnx_inputs
 from fastai_gpu_tabular.extras import install_command
-from fastai_gpu_tabular.pack import cat_widths
+from fastai_gpu_tabular.rows.pack import cat_widths
 
 ort = pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
@@ -388,7 +388,7 @@ def test_onnx_weights_beside_a_model_over_2gb(regr, tmp_path, monkeypatch):
     """Beyond protobuf's 2 GiB (here, the limit lowered: any size) the weights go in a file beside the model, which
     names it: an export over it leaves the new model's alone, removing the earlier one's and those an export killed
     before its rename left, but not a live export's (its temporary file held); the predictions are the one file's."""
-    import fastai_gpu_tabular.export as ex
+    import fastai_gpu_tabular.deploy.export as ex
     from fastai_gpu_tabular.atomic import lock_path
     learn, one_file, rows = regr
     monkeypatch.setattr(ex, '_EXTERNAL_BYTES', 0)

@@ -20,7 +20,7 @@ from fastai_gpu_tabular.all import (
     tabular_learner,
 )
 from fastai_gpu_tabular.backend import to_pandas
-from fastai_gpu_tabular.hashing import bucket_labels
+from fastai_gpu_tabular.ops.hashing import bucket_labels
 
 SEEDS = [0, 12345, 2**32 - 1]
 
@@ -318,7 +318,7 @@ def test_onnx_hashes_on_the_host_and_matches_get_preds(ml, tmp_path):
     float32 graph: export_onnx's own tolerance, tests/test_export.py)."""
     ort = pytest.importorskip('onnxruntime')
     pytest.importorskip('onnxscript')
-    from fastai_gpu_tabular.export import export_onnx, onnx_inputs
+    from fastai_gpu_tabular.deploy.export import export_onnx, onnx_inputs
     df = ml.iloc[:20000]
     procs = [HashBucket('userId', 64, seed=1), HashedCross([('userId', 'movieId')], 500, seed=2),
              HashedCross([('genres', 'year')]), Categorify(min_freq=3, num_buckets=20, seed=4), FillMissing, Normalize]

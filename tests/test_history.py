@@ -10,7 +10,7 @@ from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitte
 from fastai_gpu_tabular.all import DifferenceLag, History, ListSlice, TabularGPU
 from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
-from fastai_gpu_tabular.history import event_values
+from fastai_gpu_tabular.ops.history import event_values
 
 @pytest.fixture(scope='module')
 def ratings():

@@ -17,7 +17,7 @@ from fastai_gpu_tabular.all import (
     tabular_learner,
 )
 from fastai_gpu_tabular.datasets import load_adult, load_movielens_100k
-from fastai_gpu_tabular.pack import cat_spans, cat_widths, unpack_rows
+from fastai_gpu_tabular.rows.pack import cat_spans, cat_widths, unpack_rows
 
 class _Positions:
     """A scikit-learn estimator over `X`, whose column k holds row positions: its prediction takes input k's slots of

@@ -1,6 +1,7 @@
-"""The package's import graph, read from the source: no module (bench/ included) imports another's private names,
-module-level imports form no cycle, and the only imports inside functions that reach back into the package (bench/
-aside) are core's two commented ones; backend.py alone imports cuDF/CuPy/RMM and branches on cuDF versus pandas, but
+"""The package's import graph, read from the source: each part imports only the parts docs/design.md's folder rule lets
+it (the rule's table is this file's `MAY_IMPORT`, word for word), no module (bench/ included) imports another's private
+names, module-level imports form no cycle, and the only imports inside functions that reach back into the package
+(bench/ aside) are core's two commented ones; backend.py alone imports cuDF/CuPy/RMM and branches on cuDF versus pandas, but
 for the allowlisted performance paths."""
 import ast
 from pathlib import Path
@@ -29,6 +30,40 @@ def _imports(name:str):
         for a in n.names:
             sub = f'{base}.{a.name}'
             yield (sub, [], id(n) in top) if sub in MODULES else (base, [a.name], id(n) in top)
+
+# --- the folder rule: which part may import which (docs/design.md, "Where code goes") ---------------------------------
+BASE = {'extras', 'atomic', 'backend', 'progress', 'checks', 'prepare', 'splits', 'collectives'}
+FRONT = {'core', 'saved', 'data'}
+MAY_IMPORT = {   # part: the parts it may import besides its own
+    'base': [], 'ops/': ['base'], 'rows/': ['base'], 'train/': ['rows/', 'base'],
+    'deploy/': ['ops/', 'rows/', 'base'], 'front': ['ops/', 'rows/', 'base'], 'datasets/': ['base'],
+    'dask/': ['front', 'ops/', 'rows/', 'base']}
+TOOLS = {'bench/', 'all', '__main__', '__init__'}   # they may import any part; any part may read `__init__`'s version
+
+def _part(name:str) -> str:
+    "The part a module is in: its folder (`ops/`, ...), `base` or `front` for the top modules, or the top one's name."
+    rest = name.split('.')[1:]
+    if not rest: return '__init__'
+    if len(rest) > 1 or (MODULES[name].name == '__init__.py'): return rest[0] + '/'
+    return 'base' if rest[0] in BASE else 'front' if rest[0] in FRONT else rest[0]
+
+def test_every_module_is_in_a_part_of_the_rule():
+    assert {_part(m) for m in MODULES} <= set(MAY_IMPORT) | TOOLS
+
+def test_parts_import_as_the_folder_rule_says():
+    """ops/ and rows/ build on the top modules alone, train/ on rows/, deploy/ on ops/ and rows/, the front (core,
+    saved, data) on both, dask/ on the front; core's two lazy imports are the one circle (core -> dask/, core -> data)."""
+    lazy = {('fastai_gpu_tabular.core', 'fastai_gpu_tabular.dask.tabular')}
+    bad = sorted((m, d) for m in MODULES if _part(m) not in TOOLS for d,_,_ in _imports(m)
+                 if d in MODULES and (m, d) not in lazy and _part(d) not in (_part(m), '__init__', *MAY_IMPORT[_part(m)]))
+    assert bad == []
+
+def test_design_states_the_rule():
+    "docs/design.md's table of the rule is `MAY_IMPORT`, row for row."
+    text = (PKG.parent/'docs'/'design.md').read_text()
+    for part, may in MAY_IMPORT.items():
+        row = f"| `{part}` | {', '.join(f'`{p}`' for p in may) or 'nothing else'} |"
+        assert row in text, row
 
 def test_no_private_name_crosses_a_module():
     bad = [(m, d, n) for m in MODULES for d,names,_ in _imports(m) for n in names
@@ -62,8 +97,8 @@ BRANCHES = {'is_cudf', 'require_cudf'}
 # the cuDF/pandas branches left outside backend.py: performance paths for pandas, each commented where it is
 LIBRARY_BRANCHES = {
     'fastai_gpu_tabular.checks': (1, "count_inf: NumPy's isinf over a NumPy float column, no Series of bools"),
-    'fastai_gpu_tabular.procs': (1, "Categorify's setups: a pandas categorical's categories are its vocab's Index"),
-    'fastai_gpu_tabular.hashing': (1, "hash_column: a NumPy number column hashed row by row, no distinct values"),
+    'fastai_gpu_tabular.ops.procs': (1, "Categorify's setups: a pandas categorical's categories are its vocab's Index"),
+    'fastai_gpu_tabular.ops.hashing': (1, "hash_column: a NumPy number column hashed row by row, no distinct values"),
     'fastai_gpu_tabular.dask.procs': (1, "a pandas partition's Categorify maps its categories, not each value"),
 }
 # tools, not the library: each measures or reports on the machine it runs on, with its own imports and calls

@@ -43,7 +43,7 @@ from fastai_gpu_tabular.all import (
     tabular_learner,
 )
 from fastai_gpu_tabular.datasets import load_movielens_100k
-from fastai_gpu_tabular.metrics import binary_log_loss, group_position, roc_auc
+from fastai_gpu_tabular.train.metrics import binary_log_loss, group_position, roc_auc
 
 HYP = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -7,7 +7,7 @@ import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import Categorify, TabularGPU
 from fastai_gpu_tabular.backend import to_backend, to_pandas
 from fastai_gpu_tabular.datasets import load_movielens, load_movielens_100k
-from fastai_gpu_tabular.pack import cat_widths
+from fastai_gpu_tabular.rows.pack import cat_widths
 
 @pytest.fixture(scope='module')
 def ml():
@@ -142,7 +142,7 @@ def test_ml100k_list_genres():
 def test_bag_width_caps_long_tails(ml):
     """Padding follows the longest list, unless a long tail makes that wasteful: then the 99th percentile, with a
     warning."""
-    from fastai_gpu_tabular.procs import bag_width
+    from fastai_gpu_tabular.ops.procs import bag_width
     assert bag_width(np.bincount([1, 2, 2, 3, 6] * 100), 'g') == 6
     tail = np.bincount([1, 2, 3] * 400 + [100])   # rows by list length
     with pytest.warns(UserWarning, match=r"'tags': padding to 3 slots, so 1 of 1201 rows .* up to 100 long"):

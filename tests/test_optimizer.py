@@ -29,7 +29,7 @@ from fastai.tabular.all import (
 from helpers.host_sync import HostConversions
 from torch import nn
 import fastai_gpu_tabular
-from fastai_gpu_tabular.optimizer import (
+from fastai_gpu_tabular.train.optimizer import (
     ExcludeFromAdaptation,
     Lamb,
     LambOptimizer,

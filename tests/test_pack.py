@@ -18,7 +18,7 @@ from fastai.tabular.all import (
 from fastai_gpu_tabular.all import BatchDataLoader, TabularGPU
 from fastai_gpu_tabular.backend import pad_bags, to_pandas
 from fastai_gpu_tabular.datasets import load_adult
-from fastai_gpu_tabular.pack import (
+from fastai_gpu_tabular.rows.pack import (
     Layout,
     ReleasedFrame,
     gather_rows,

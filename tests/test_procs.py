@@ -10,7 +10,7 @@ from fastai.data.transforms import CategoryMap
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, range_of
 from helpers.parity import build_both
 from fastai_gpu_tabular.datasets import load_adult
-from fastai_gpu_tabular.procs import LazyCategoryMap
+from fastai_gpu_tabular.ops.procs import LazyCategoryMap
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender', 'native-country']
 

@@ -32,7 +32,7 @@ import fastai_gpu_tabular.core as fgc
 from fastai_gpu_tabular.all import Categorify, SavedFormatError, TabularGPU
 from fastai_gpu_tabular.backend import backend_of, to_pandas
 from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
-from fastai_gpu_tabular.proc_state import decode_values, encode_values
+from fastai_gpu_tabular.ops.proc_state import decode_values, encode_values
 
 SAVED_OPS = Path(__file__).parent/'data'/'saved-ops-v1'
 ADULT = dict(cat_names=['workclass', 'education', 'marital-status', 'occupation', 'gender', 'native-country'],

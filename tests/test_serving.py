@@ -14,7 +14,7 @@ from fastai.callback.core import Callback
 from fastai.tabular.all import FillMissing, Normalize, load_learner
 from sklearn.model_selection import KFold
 from sklearn.preprocessing import TargetEncoder
-import fastai_gpu_tabular.procs
+import fastai_gpu_tabular.ops.procs
 from fastai_gpu_tabular.all import (
     Bucketize,
     Categorify,
@@ -273,11 +273,11 @@ def test_join_groupby_float64_conts_are_pandas_groupby(loans):
 
 # --- every proc's setups is guarded (fasttransform's `setup` swallows an AttributeError) ------------------------------
 GUARDED = {  # proc: (procs, names, what its setups calls, which the test makes raise an AttributeError)
-    'Categorify': ([Categorify], {}, (fastai_gpu_tabular.procs, 'category_map')),
+    'Categorify': ([Categorify], {}, (fastai_gpu_tabular.ops.procs, 'category_map')),
     'FillMissing': ([FillMissing, Categorify], dict(cont_names=['installment', 'debt_to_income']),
-                    (fastai_gpu_tabular.procs, 'check_fill_value')),
-    'Normalize': ([Normalize, Categorify], {}, (fastai_gpu_tabular.procs, 'operand_dtype')),
-    'Categorize': ([], dict(cat_names=[], y_names='homeownership'), (fastai_gpu_tabular.procs, 'category_map')),
+                    (fastai_gpu_tabular.ops.procs, 'check_fill_value')),
+    'Normalize': ([Normalize, Categorify], {}, (fastai_gpu_tabular.ops.procs, 'operand_dtype')),
+    'Categorize': ([], dict(cat_names=[], y_names='homeownership'), (fastai_gpu_tabular.ops.procs, 'category_map')),
     'HashBucket': ([HashBucket('state', 8), Categorify], {}, (HashBucket, 'check_columns')),
     'HashedCross': ([HashedCross([('state', 'grade')]), Categorify], {}, (HashedCross, 'check_columns')),
     'TargetEncode': ([TargetEncode('state', folds=0), Categorify], {}, (TargetEncode, 'check_names')),

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
-from fastai_gpu_tabular.chunks import PackedChunks
-from fastai_gpu_tabular.stream import StreamDataLoader, _rank_slices
+from fastai_gpu_tabular.rows.chunks import PackedChunks
+from fastai_gpu_tabular.rows.stream import StreamDataLoader, _rank_slices
 
 SIZES = [100, 0, 2345, 17, 900, 1, 1500]   # rows of each chunk file (one empty)
 LAYOUT = ((0, 3, torch.int32), (3, 4, torch.float32))
@@ -148,8 +148,8 @@ def test_rank_slices():
 
 _DDP = '''
 import json, os, sys, torch, torch.distributed as dist
-from fastai_gpu_tabular.chunks import PackedChunks
-from fastai_gpu_tabular.stream import StreamDataLoader
+from fastai_gpu_tabular.rows.chunks import PackedChunks
+from fastai_gpu_tabular.rows.stream import StreamDataLoader
 dist.init_process_group('gloo', init_method=f"file://{sys.argv[3]}", rank=int(sys.argv[1]), world_size=2)
 dl = StreamDataLoader(PackedChunks(sys.argv[2]), bs=100, shuffle=True, window=3, piece_rows=250, drop_last=True)
 res = []

@@ -14,7 +14,7 @@ from sklearn.preprocessing import TargetEncoder
 from fastai_gpu_tabular.all import TabularGPU, TargetEncode, tabular_learner
 from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_movielens
-from fastai_gpu_tabular.target import target_encodings
+from fastai_gpu_tabular.ops.target import target_encodings
 
 SMOOTHS = ['auto', 10.0, 0.0]
 

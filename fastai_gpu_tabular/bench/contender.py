@@ -148,7 +148,7 @@ def _builder(name, opts, ctx):
 
 def _packed_tensors(dl) -> tuple|None:
     "What a `BatchDataLoader` batch gathers from: one packed row buffer."
-    from ..loader import BatchDataLoader
+    from ..rows.loader import BatchDataLoader
     if not isinstance(dl, BatchDataLoader): return None
     return (dl.rows[0],)
 

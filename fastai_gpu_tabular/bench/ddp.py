@@ -24,7 +24,7 @@ def _criteo_rows(n, device, seed=0):
     "`(rows, layout)` as `TabularGPU.packed_rows` holds Criteo: an int64 label, 26 cats, 13 conts, 1 pad column."
     import torch
 
-    from ..pack import Layout
+    from ..rows.pack import Layout
     layout,width = Layout.plan(26, 13, 1, torch.int64)
     g = torch.Generator(device=device).manual_seed(seed)   # the same rows on every rank
     rows = torch.randint(0, 1000, (n, width), dtype=torch.int32, device=device, generator=g)
@@ -80,8 +80,8 @@ def rank_epochs(args, out):
     from fastai.distributed import DistributedDL
     from fastai.torch_core import rank_distrib
 
-    from ..distributed import DistributedBatchDL
-    from ..loader import BatchDataLoader
+    from ..train.distributed import DistributedBatchDL
+    from ..rows.loader import BatchDataLoader
     from .machine import RSSMeter
     a = json.loads(args)
     torch.set_num_threads(a['threads'])

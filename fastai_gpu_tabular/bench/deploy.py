@@ -47,8 +47,8 @@ def _bag_export_ms(learn, bs, reps, threads):
     import onnx
     import torch
 
-    from .. import model as M
-    from ..export import export_onnx
+    from ..train import model as M
+    from ..deploy.export import export_onnx
     g = torch.Generator().manual_seed(0)
     cats,conts = learn.dls.train_ds.packed('cpu')[:2]
     idx = torch.randint(0, len(cats), (bs,), generator=g)
@@ -77,9 +77,9 @@ def deploy_suite(n_train=80_000, n_infer=20_000, n_predict=200, bs=8192, reps=3,
     from fastai.tabular.all import FillMissing, Normalize
 
     from ..core import TabularGPU
-    from ..export import export_onnx, onnx_inputs
-    from ..learner import tabular_learner
-    from ..procs import Categorify
+    from ..deploy.export import export_onnx, onnx_inputs
+    from ..train.learner import tabular_learner
+    from ..ops.procs import Categorify
     torch.manual_seed(seed)
     df,cats,conts,sep = _movielens()
     n_train = min(n_train, len(df) - n_infer)

@@ -17,8 +17,8 @@ def embedding_suite(n_table=1_000_000, dim=32, n_small=8, bs=32768, steps=40, de
     import torch
     from fastai.optimizer import Adam
 
-    from ..model import TabularModelGPU
-    from ..optimizer import sparse_opt
+    from ..train.model import TabularModelGPU
+    from ..train.optimizer import sparse_opt
     g = torch.Generator().manual_seed(seed)
     ids = (torch.rand(steps, bs, generator=g) ** 3 * n_table).long().clamp(max=n_table - 1)
     small = torch.randint(0, 1000, (steps, bs, n_small), generator=g)

@@ -21,7 +21,7 @@ def groupby_suite(rows:int=1_000_000, names=('C4', 'C10', 'C16', 'C22'), conts=(
 
     from ..core import TabularGPU
     from ..datasets import make_criteo
-    from ..groupby import JoinGroupby
+    from ..ops.groupby import JoinGroupby
     names,conts = list(names), list(conts)
     df = make_criteo(rows, seed=seed)[['label', *names, *conts]]
     valid = np.random.default_rng(seed).random(rows) < 0.2

@@ -24,7 +24,7 @@ def hashing_suite(rows=(1_000_000, 10_000_000), distinct_frac=0.1, num_buckets=1
     import numpy as np
     import pandas as pd
 
-    from ..hashing import hash_column
+    from ..ops.hashing import hash_column
     rng = np.random.default_rng(seed)
     ways = {'murmur3_distinct': lambda c: hash_column(c)[0] % np.uint32(num_buckets),
             'pd_factorize': lambda c: pd.factorize(c),

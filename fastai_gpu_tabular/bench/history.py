@@ -33,7 +33,7 @@ def history_parts(path, rows:int, seed:int=0, part_rows:int=500_000) -> Path:
     import pandas as pd
 
     from ..datasets import criteo_parts
-    from ..hashing import hash_column
+    from ..ops.hashing import hash_column
     base = criteo_parts(Path(path)/'criteo', rows, seed, part_rows=part_rows)
     out = Path(path)/'history'
     spec = {'rows': rows, 'seed': seed, 'part_rows': part_rows}
@@ -67,7 +67,7 @@ def _by_pandas(df, n:int) -> str:
     return _digest(lag.to_numpy(), [v for r in lists for v in r], [len(r) for r in lists])
 
 def _procs(n):
-    from ..history import DifferenceLag, History
+    from ..ops.history import DifferenceLag, History
     return [DifferenceLag(KEY, TIME), History(ITEM, KEY, TIME, n=n)]
 
 def _by_procs(df, n:int) -> str:

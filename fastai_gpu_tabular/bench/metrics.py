@@ -41,7 +41,7 @@ def metric_suite(rows=(1_000_000, 10_000_000), bs=65536, repeat=2, device='cpu',
     import torch
     from fastai.metrics import RocAucBinary
 
-    from ..metrics import AUC, MRR, NDCG, LogLoss
+    from ..train.metrics import AUC, MRR, NDCG, LogLoss
     res = {}
     for n in rows:
         g = torch.Generator().manual_seed(seed)

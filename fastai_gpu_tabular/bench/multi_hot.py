@@ -21,7 +21,7 @@ def multi_hot_suite(n=400_000, bs=32768, vocab=1000, dim=16, reps=3, device='cpu
     import torch.nn.functional as F
 
     from ..backend import pad_bags
-    from ..model import bag_lookup
+    from ..train.model import bag_lookup
     res = {}
     for kind in ('genres', 'long_tail'):
         lens = torch.as_tensor(_list_lengths(kind, n, np.random.default_rng(seed)), device=device)

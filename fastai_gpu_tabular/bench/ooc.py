@@ -101,7 +101,7 @@ def batch_checksum(b) -> int:
 
 def chunks_checksum(chunks, piece_rows=1 << 20) -> tuple:
     "`(rows, sum of batch_checksum)` of every row of `chunks`, read in order a piece at a time."
-    from ..pack import unpack_rows
+    from ..rows.pack import unpack_rows
     n,s = 0, 0
     for i,a,b in chunks.pieces(piece_rows):
         n,s = n + b - a, s + batch_checksum(unpack_rows(chunks.read(i, a, b), chunks.layout))
@@ -199,7 +199,7 @@ def _frame_bytes(part) -> dict:
 
 def _slice(chunks, rows:int, path):
     "The first files of `chunks` up to `rows` rows, as `PackedChunks` of links in `path` (at least one file)."
-    from ..chunks import PackedChunks
+    from ..rows.chunks import PackedChunks
     Path(path).mkdir(parents=True, exist_ok=True)
     files,n = [], 0
     for f,k in zip(chunks.files, chunks.lens.tolist()):
@@ -219,7 +219,7 @@ def ooc_suite(rows=64_000_000, part_rows=1_000_000, seed=0, bs=32768, train_batc
     import pandas as pd
     import torch
 
-    from ..chunks import PackedChunks
+    from ..rows.chunks import PackedChunks
     from ..datasets import criteo_parts
     from .stream import stream_vs_resident
     work = Path(work or tempfile.gettempdir())/'fgt_ooc'

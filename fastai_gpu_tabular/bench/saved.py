@@ -21,7 +21,7 @@ def saved_suite(n=1_000_000, seed=0, repeat=1, path=None) -> dict:
 
     from ..core import TabularGPU
     from ..datasets import criteo_names, make_criteo
-    from ..procs import Categorify
+    from ..ops.procs import Categorify
     df = make_criteo(n, seed)
     cats,conts,y = criteo_names()
     splits = RandomSplitter(valid_pct=0.2, seed=seed)(range(len(df)))

@@ -180,8 +180,8 @@ def _piece(chunks, opts, window=None):
 # --- the loader, streaming or resident ------------------------------------------------------------------------------
 def _loaders(chunks, opts, device) -> dict:
     "Rows/s of shuffled epochs at each batch size: the stream from the chunks, and the same rows resident."
-    from ..loader import BatchDataLoader
-    from ..stream import StreamDataLoader
+    from ..rows.loader import BatchDataLoader
+    from ..rows.stream import StreamDataLoader
     res = {}
     for bs in opts.bs:
         if bs > len(chunks): continue
@@ -229,13 +229,13 @@ def _positions_store(chunks, path):
     "A store of the same file sizes whose row k holds k: what each loader does to row order, without the data."
     import torch
 
-    from ..pack import Layout
+    from ..rows.pack import Layout
     rows = lambda s, e: torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)
     return _store_like(chunks, path, rows, *Layout.plan(1, 1))
 
 def _store_like(chunks, path, rows, layout, width):
     "`PackedChunks` in `path` with the files and sizes of `chunks`, file rows `[s, e)` holding `rows(s, e)`."
-    from ..chunks import PackedChunks
+    from ..rows.chunks import PackedChunks
     Path(path).mkdir(parents=True, exist_ok=True)
     files = [(f, PackedChunks.write_rows(path, f, rows(s, e)))
              for f,s,e in zip(chunks.files, chunks.starts[:-1], chunks.starts[1:])]
@@ -264,8 +264,8 @@ def _train_auc(train_dl, valid, n_cont, cards, opts, device) -> dict:
 def _shuffle(work, train, valid, cards, n_cont, opts, device) -> dict:
     """Window streams (each window the same 8% of the rows, in `--windows` pieces) against a full permutation and no
     shuffle, on the label-sorted training rows: the row-order statistics, and the AUC after one epoch."""
-    from ..loader import BatchDataLoader
-    from ..stream import StreamDataLoader
+    from ..rows.loader import BatchDataLoader
+    from ..rows.stream import StreamDataLoader
     srt,n0 = _sorted_copy(train, work/'sorted')
     pos = _positions_store(train, work/'positions')
     bs = opts.train_bs or 32768
@@ -292,7 +292,7 @@ def scale_suite(opts) -> dict:
     are, and the validation AUC after one epoch, with the window shuffle, a full permutation and none."""
     import torch
 
-    from ..chunks import PackedChunks
+    from ..rows.chunks import PackedChunks
     from ..datasets import criteo_parts
     device = torch.device(opts.device)
     sizes = [opts.rows] if opts.rows else sorted(opts.scale_rows)

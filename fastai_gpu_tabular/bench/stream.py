@@ -14,7 +14,7 @@ __all__ = ['stream_suite', 'write_chunks', 'stream_vs_resident', 'order_stats', 
 
 def write_chunks(rows, path, part_rows:int, layout):
     "Packed `rows` as `PackedChunks` in `path`, a file of `part_rows` rows each, as a Dask build writes a partition's."
-    from ..chunks import PackedChunks, part_name
+    from ..rows.chunks import PackedChunks, part_name
     Path(path).mkdir(parents=True, exist_ok=True)
     files = [(part_name(i), PackedChunks.write_rows(path, part_name(i), rows[a:a + part_rows]))
              for i,a in enumerate(range(0, len(rows), part_rows))]
@@ -35,8 +35,8 @@ def stream_vs_resident(chunks, bs:list, window:int, piece_rows:int, device='cpu'
     """Shuffled epochs of a `StreamDataLoader` over `chunks` and of a `BatchDataLoader` over the same rows loaded
     (the resident loader), per batch size: `rounds` alternating rounds, the best of each loader kept (other jobs on
     the machine slow whichever runs at the time). `ratio` is the stream's rows/s over the resident's."""
-    from ..loader import BatchDataLoader
-    from ..stream import StreamDataLoader
+    from ..rows.loader import BatchDataLoader
+    from ..rows.stream import StreamDataLoader
     res = {}
     for b in bs:
         if b > len(chunks): continue
@@ -57,10 +57,10 @@ def order_stats(chunks, path, bs:int, window:int, piece_rows:int) -> dict:
     holds k, as if the rows were sorted by label, a quarter of them 0) and from a full permutation."""
     import torch
 
-    from ..chunks import PackedChunks
-    from ..loader import BatchDataLoader
-    from ..pack import Layout
-    from ..stream import StreamDataLoader
+    from ..rows.chunks import PackedChunks
+    from ..rows.loader import BatchDataLoader
+    from ..rows.pack import Layout
+    from ..rows.stream import StreamDataLoader
     Path(path).mkdir(parents=True, exist_ok=True)
     k = lambda s, e: torch.arange(int(s), int(e), dtype=torch.int32)[:, None].repeat(1, 2)
     files = [(f, PackedChunks.write_rows(path, f, k(s, e)))
@@ -83,7 +83,7 @@ def stream_suite(n=1_000_000, seed=0, bs=(4096, 32768, 204800), window=32, piece
 
     from ..core import TabularGPU
     from ..datasets import criteo_names, make_criteo
-    from ..procs import Categorify
+    from ..ops.procs import Categorify
     df = make_criteo(n, seed)
     cats,conts,y = criteo_names()
     to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=cats, cont_names=conts, y_names=y,

@@ -19,7 +19,7 @@ def target_suite(rows:int=1_000_000, names=('C4', 'C10', 'C16', 'C22'), smooth='
 
     from ..core import TabularGPU
     from ..datasets import make_criteo
-    from ..target import TargetEncode
+    from ..ops.target import TargetEncode
     names = list(names)
     df = make_criteo(rows, seed=seed)[['label', *names]]
     df['label'] = df['label'].map({0: 'no', 1: 'yes'})   # a class target, as fastai's CategoryBlock has it

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from ..backend import to_host
-from ..groupby import JoinGroupby
-from ..procs import register_proc
-from ..target import category_sums
+from ..ops.groupby import JoinGroupby
+from ..ops.procs import register_proc
+from ..ops.target import category_sums
 from .scan import ContFacts
 from .shipping import ship, unshipped
 from .stats import compute, delayed, exact_moments, replace_columns

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from ..backend import array_module, frame_like, lists_like, series_like, sorted_uniques, to_host
-from ..history import DifferenceLag, History, sort_state
-from ..procs import register_proc
+from ..ops.history import DifferenceLag, History, sort_state
+from ..ops.procs import register_proc
 from ..splits import valid_mask
 from .scan import CacheDir, ColumnValues, ContFacts
 from .shipping import ship, unshipped

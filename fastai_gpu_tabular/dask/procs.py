@@ -15,8 +15,8 @@ from fastai.tabular.core import FillMissing, FillStrategy
 from ..backend import explode_lists, is_cudf, py_values, sorted_uniques, to_host, to_pandas
 from ..checks import check_fill_value, check_labels, check_unfilled_nan
 from ..core import TabularGPU
-from ..hashing import HashBucket, HashedCross, bucket_labels, is_bucket_dtype
-from ..procs import (
+from ..ops.hashing import HashBucket, HashedCross, bucket_labels, is_bucket_dtype
+from ..ops.procs import (
     Categorify,
     bag_width,
     buckets_of,

@@ -12,10 +12,10 @@ from fastai.data.block import TransformBlock
 from ..backend import sorted_uniques, to_host
 from ..checks import check_new_columns
 from ..core import TabularGPU
-from ..history import ListSlice
-from ..joins import JoinExternal
-from ..numeric import Bucketize, Clip, LogOp, inner_bins, qcut_bins
-from ..procs import register_proc
+from ..ops.history import ListSlice
+from ..ops.joins import JoinExternal
+from ..ops.numeric import Bucketize, Clip, LogOp, inner_bins, qcut_bins
+from ..ops.procs import register_proc
 from .scan import ColumnValues, ContFacts
 from .shipping import ship, unshipped
 from .stats import compute, replace_columns

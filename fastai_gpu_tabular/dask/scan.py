@@ -39,7 +39,7 @@ from ..backend import (
     to_backend,
     to_pandas,
 )
-from ..chunks import part_name
+from ..rows.chunks import part_name
 from ..splits import valid_mask
 from .shipping import Shipped
 

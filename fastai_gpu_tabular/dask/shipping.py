@@ -14,7 +14,7 @@ import uuid
 import weakref
 from pathlib import Path
 
-from ..procs import LazyCategoryMap
+from ..ops.procs import LazyCategoryMap
 
 __all__ = []
 

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from ..backend import encode_codes, sorted_uniques, to_host, to_pandas
-from ..procs import register_proc
+from ..ops.procs import register_proc
 from ..splits import valid_mask
-from ..target import (
+from ..ops.target import (
     TargetEncode,
     auto_smoothed,
     category_means,

@@ -7,7 +7,7 @@ dask = pytest.importorskip('dask', reason='the Dask path needs dask[dataframe] (
 import dask.dataframe as dd
 import fastai_gpu_tabular.dask.stats as S
 from fastai_gpu_tabular.dask.stats import SumPlan, exact_median, exact_mode, exact_moments, pairwise_sum
-from fastai_gpu_tabular.procs import quantile_from_counts  # the bag width's percentile: in-memory and Dask
+from fastai_gpu_tabular.ops.procs import quantile_from_counts  # the bag width's percentile: in-memory and Dask
 
 @pytest.fixture(autouse=True)
 def _sync():

@@ -134,7 +134,7 @@ def _cut_after_packing():
     every batch would replay: materialize them once packed (`torch._lazy.mark_step`), as fake_device.py cuts the graph
     after each optimizer step."""
     import torch
-    import fastai_gpu_tabular.pack as pack
+    import fastai_gpu_tabular.rows.pack as pack
     orig = pack.pack_rows
     def pack_rows(to):
         res = orig(to)

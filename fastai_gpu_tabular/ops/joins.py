@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 from fastai.tabular.core import Tabular, TabularProc
 
-from .backend import Frame, array_module, column_values, encode_codes, is_str_dtype, series_like, to_host, to_pandas
-from .checks import check_new_columns, guard_setups
+from ..backend import Frame, array_module, column_values, encode_codes, is_str_dtype, series_like, to_host, to_pandas
+from ..checks import check_new_columns, guard_setups
 
 __all__ = ['JoinExternal']
 

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 from fastai.tabular.core import TabularProc
 
-from .backend import encode_codes, frame_like, group_by, to_host, to_pandas
-from .checks import guard_setups
+from ..backend import encode_codes, frame_like, group_by, to_host, to_pandas
+from ..checks import guard_setups
 
 __all__ = ['JoinGroupby']
 

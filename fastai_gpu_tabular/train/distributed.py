@@ -17,9 +17,9 @@ from fastai.learner import Learner
 from fastai.torch_core import apply, default_device, get_model, maybe_gather, num_distrib, to_detach, to_device
 from torch.nn.parallel import DistributedDataParallel
 
-from .collectives import all_gather_rows, comm_device
-from .loader import BatchDataLoader
-from .pack import gather_rows
+from ..collectives import all_gather_rows, comm_device
+from ..rows.loader import BatchDataLoader
+from ..rows.pack import gather_rows
 
 try:
     from fastai.distributed import DistributedDL, DistributedTrainer

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from fastai.tabular.core import Tabular, TabularProc
 
-from .backend import (
+from ..backend import (
     Column,
     Frame,
     array_module,
@@ -30,7 +30,7 @@ from .backend import (
     lists_like,
     to_host,
 )
-from .checks import check_new_columns, guard_setups
+from ..checks import check_new_columns, guard_setups
 
 __all__ = ['DifferenceLag', 'History', 'ListSlice']
 

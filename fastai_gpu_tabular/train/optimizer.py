@@ -34,7 +34,7 @@ from fastcore.basics import partialler
 from fastcore.foundation import L
 from torch import nn
 
-from .extras import import_extra
+from ..extras import import_extra
 
 __all__ = ['Lamb', 'lamb', 'lamb_param_groups', 'ExcludeFromAdaptation', 'no_wd_params', 'scale_lr', 'scale_wd',
            'warmup_pct', 'torch_optimizer_lamb']

@@ -44,8 +44,8 @@ from fastai.learner import Metric
 from fastcore.basics import noop
 from torch import nn
 
-from .collectives import all_gather
-from .pack import cat_spans, cat_widths
+from ..collectives import all_gather
+from ..rows.pack import cat_spans, cat_widths
 
 __all__ = ['AUC', 'LogLoss', 'MRR', 'NDCG', 'HitRate', 'rank_metrics']
 

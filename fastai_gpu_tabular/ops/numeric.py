@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 from fastai.tabular.core import Tabular, TabularProc
 
-from .backend import Column, array_module, backend_of, codes_dtype, column_values, series_like, to_backend, to_host
-from .checks import check_new_columns, guard_setups
+from ..backend import Column, array_module, backend_of, codes_dtype, column_values, series_like, to_backend, to_host
+from ..checks import check_new_columns, guard_setups
 
 __all__ = ['Bucketize', 'LogOp', 'Clip']
 

@@ -10,7 +10,7 @@ import torch
 from fastai.learner import Learner
 from fastai.torch_core import to_detach
 
-from .pack import cat_spans, cat_widths, unpack_rows
+from ..rows.pack import cat_spans, cat_widths, unpack_rows
 
 __all__ = ['permutation_importance', 'plot_importance']
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 
-from .extras import import_extra
-from .loader import BatchDataLoader
-from .pack import cat_spans, cat_widths
+from ..extras import import_extra
+from ..rows.loader import BatchDataLoader
+from ..rows.pack import cat_spans, cat_widths
 
 __all__ = ['as_keras_dataset', 'to_tf', 'keras_inputs', 'bag_embedding']
 

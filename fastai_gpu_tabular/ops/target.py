@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 from fastai.tabular.core import TabularProc
 
-from .backend import array_module, column_values, encode_codes, frame_like, series_like, sorted_uniques, to_host
-from .checks import guard_setups
+from ..backend import array_module, column_values, encode_codes, frame_like, series_like, sorted_uniques, to_host
+from ..checks import guard_setups
 
 __all__ = ['TargetEncode']
 

@@ -8,7 +8,7 @@ from fastai.layers import Embedding, trunc_normal_
 from fastai.tabular.model import TabularModel
 from fastai.torch_core import Module
 
-from .pack import cat_spans
+from ..rows.pack import cat_spans
 
 __all__ = ['TabularModelGPU']
 

@@ -111,6 +111,11 @@ def register_saved_proc(cls:type, state:Callable, restore:Callable) -> None:
     the file. Loading looks the type up by the name saved, in these registrations only."""
     _SAVERS[f'{cls.__module__}.{cls.__qualname__}'] = (cls, state, restore)
 
+def _saved_type(name:str) -> str:
+    "A saved type's name today: before the ops had their folder (`ops/`), an op's was `fastai_gpu_tabular.<module>.<op>`."
+    old = name.split('.')
+    return '.'.join([old[0], 'ops', *old[1:]]) if len(old) == 3 and old[0] == 'fastai_gpu_tabular' else name
+
 def saved_proc_types() -> list:
     "The proc classes a saved Tabular holds: those `register_saved_proc` registered."
     return [c for c,_,_ in _SAVERS.values()]
@@ -328,6 +333,7 @@ def saved_state(p) -> dict:
 
 def restore_proc(d:dict):
     "The proc `saved_state` described, made back by its class's registration (the only classes a load makes)."
-    if d['type'] not in _SAVERS: raise ValueError(f"proc type {d['type']!r} is not one this version can load")
-    return _SAVERS[d['type']][2](d['state'])
+    name = _saved_type(d['type'])
+    if name not in _SAVERS: raise ValueError(f"proc type {d['type']!r} is not one this version can load")
+    return _SAVERS[name][2](d['state'])
 

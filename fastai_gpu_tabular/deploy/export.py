@@ -18,17 +18,17 @@ from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing
 from fastcore.basics import noop
 
-from .atomic import carry, fsync_path, held, remove, replacing, temp_prefix
-from .backend import float_casts
-from .extras import import_extra
-from .groupby import JoinGroupby
-from .hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
-from .history import DifferenceLag, History, ListSlice
-from .joins import JoinExternal
-from .numeric import Bucketize, Clip, LogOp
-from .pack import cat_widths
-from .procs import buckets_of, operand_dtype, vocab_values
-from .target import TargetEncode
+from ..atomic import carry, fsync_path, held, remove, replacing, temp_prefix
+from ..backend import float_casts
+from ..extras import import_extra
+from ..ops.groupby import JoinGroupby
+from ..ops.hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
+from ..ops.history import DifferenceLag, History, ListSlice
+from ..ops.joins import JoinExternal
+from ..ops.numeric import Bucketize, Clip, LogOp
+from ..rows.pack import cat_widths
+from ..ops.procs import buckets_of, operand_dtype, vocab_values
+from ..ops.target import TargetEncode
 
 __all__ = ['export_onnx', 'onnx_inputs', 'export_model', 'export_triton']
 

@@ -12,7 +12,7 @@ import torch
 from fastcore.meta import delegates
 
 from .chunks import PackedChunks
-from .collectives import rank_and_world
+from ..collectives import rank_and_world
 from .loader import BatchDataLoader
 from .pack import unpack_rows
 

@@ -14,7 +14,7 @@ from fastai.data.transforms import Categorize, EncodedMultiCategorize, Regressio
 from fastai.tabular import core as fatc
 from fastai.tabular.core import FillMissing, Tabular
 
-from .backend import (
+from ..backend import (
     Frame,
     col_to_tensor,
     encode_codes,

@@ -15,7 +15,7 @@ from fastai.tabular.core import FillMissing, FillStrategy, Tabular
 from fastcore.basics import store_attr
 from fastcore.foundation import L
 
-from .backend import (
+from ..backend import (
     column_op,
     encode_codes,
     explode_lists,
@@ -30,7 +30,7 @@ from .backend import (
     to_host,
     to_pandas,
 )
-from .checks import check_fill_value, check_kind, check_labels, fill_nan_check, guard_setups
+from ..checks import check_fill_value, check_kind, check_labels, fill_nan_check, guard_setups
 from .hashing import bucket_labels, check_buckets, check_seed, is_bucket_dtype, oov_buckets
 
 __all__ = ['Categorify']
