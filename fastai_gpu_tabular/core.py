@@ -42,11 +42,11 @@ from .checks import (
     fill_nan_check,
     raw_columns,
 )
+from .ops.procs import register_procs
+from .prepare import multi_hot_columns, prepare_columns, prepare_names, set_procs
 from .rows.chunks import RowBlocks
 from .rows.loader import BatchDataLoader
 from .rows.pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
-from .prepare import multi_hot_columns, prepare_columns, prepare_names, set_procs
-from .ops.procs import register_procs
 from .saved import load_tabular, save_tabular
 from .splits import split_rows
 
@@ -334,13 +334,13 @@ class TabularGPU(Tabular):
         return RowBlocks(layout, packed.shape[1], self.row_index, blocks(packed[:self.split]),
                          blocks(packed[self.split:]))
 
-    # --- the packed rows (pack.py) --------------------------------------------------------------------------------
+    # --- the packed rows (rows/pack.py) -------------------------------------------------------------------------------
     @property
     def has_y(self) -> bool: return len(self.y_names) > 0 and all(n in self.column_names for n in self.y_names)
 
     def packed_rows(self, device:torch.device|str|None=None) -> tuple[torch.Tensor, Layout]:
         """`(rows, layout)`: every processed column in one row-major int32 tensor on `device` (default: the frame's),
-        so that a batch is a single gather (see pack.py). Packed once, then cached per device."""
+        so that a batch is a single gather (see rows/pack.py). Packed once, then cached per device."""
         if device is None: device = frame_device(self._items) if self.released is None else self.released.device
         device = torch.device(device)
         if device.type == 'cuda' and device.index is None: device = torch.device('cuda', torch.cuda.current_device())

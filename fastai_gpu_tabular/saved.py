@@ -1,9 +1,9 @@
 """A processed `TabularGPU` saved as plain data and loaded back without pickle. `save_tabular` (`TabularGPU.save`)
 writes the packed rows (train/ and valid/ `PackedChunks` folders: `.npy` int32 files, as the streaming loader reads
-them; chunks.py) and `tabular.json`: the names, the split, the frame's dtypes and row index, each proc's learned state
-under fastai's attribute names (typed JSON: proc_state.py), and the size and sha256 of every file. `load_tabular`
-(`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for `dataloaders()`; on
-Linux it maps the rows files' pages (their headers are padded for that) rather than reading them."""
+them; rows/chunks.py) and `tabular.json`: the names, the split, the frame's dtypes and row index, each proc's learned
+state under fastai's attribute names (typed JSON: ops/proc_state.py), and the size and sha256 of every file.
+`load_tabular` (`TabularGPU.load`) checks every file against it, and rebuilds the processed Tabular, ready for
+`dataloaders()`; on Linux it maps the rows files' pages (their headers are padded for that) rather than reading them."""
 from __future__ import annotations
 
 import glob
@@ -20,11 +20,11 @@ from fastai.tabular import core as fatc
 
 from .atomic import carry, fsync_tree, replacing, temp_prefix
 from .backend import frame_device, frame_of_tensors, to_backend, to_host
-from .rows.chunks import SavedFormatError, check_header, is_part_name, load_rows, read_checked, write_blocks, write_npy
-from .rows.pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
 from .ops.proc_state import decode_dict, encode_dict, restore_proc, saved_state
 from .ops.procs import LazyCategoryMap
 from .progress import progress_rows
+from .rows.chunks import SavedFormatError, check_header, is_part_name, load_rows, read_checked, write_blocks, write_npy
+from .rows.pack import Layout, ReleasedFrame, cat_spans, packs_whole, unpack_rows
 
 __all__ = ['SavedFormatError']
 

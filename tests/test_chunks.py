@@ -1,4 +1,4 @@
-"""chunks.py, the packed rows on disk: a saved folder written before the rows had a module of their own
+"""rows/chunks.py, the packed rows on disk: a saved folder written before the rows had a module of their own
 (tests/data/saved-adult-v1, written by `_adult()`'s recipe with the code of main at bc16bc2) still loads, and saving
 the same Tabular now writes the same files, byte for byte; the `.npy` files are NumPy's format, read back as written,
 and a damaged one is refused, naming it, by the check made for that damage (the header's, with or without sha256)."""
@@ -11,6 +11,7 @@ import pytest
 import torch
 from fastai.tabular.all import Categorify, CategoryBlock, FillMissing, Normalize
 from fastai_gpu_tabular.all import TabularGPU
+from fastai_gpu_tabular.datasets import load_adult
 from fastai_gpu_tabular.rows.chunks import (
     PAGE,
     PackedChunks,
@@ -23,7 +24,6 @@ from fastai_gpu_tabular.rows.chunks import (
     write_blocks,
     write_npy,
 )
-from fastai_gpu_tabular.datasets import load_adult
 from fastai_gpu_tabular.rows.pack import Layout
 
 SAVED = Path(__file__).parent/'data'/'saved-adult-v1'

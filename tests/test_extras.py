@@ -6,11 +6,11 @@ import re
 import sys
 import pytest
 from fastai.tabular.all import RandomSplitter, range_of
-from fastai_gpu_tabular.deploy import keras_loader
 from fastai_gpu_tabular.all import Categorify, TabularGPU, load_adult, tabular_learner
+from fastai_gpu_tabular.deploy import keras_loader
 from fastai_gpu_tabular.deploy.export import export_onnx, export_triton, onnx_inputs
-from fastai_gpu_tabular.extras import import_extra, install_command
 from fastai_gpu_tabular.deploy.keras_loader import as_keras_dataset, bag_embedding, keras_inputs, to_tf
+from fastai_gpu_tabular.extras import import_extra, install_command
 from fastai_gpu_tabular.train.optimizer import torch_optimizer_lamb
 
 @pytest.fixture(scope='module')

@@ -1,6 +1,7 @@
-"""Hashed buckets and crosses (hashing.py): the hash is sklearn's MurmurHash3 on real values, `Categorify(num_buckets)`
-is fastai's Categorify plus buckets for the values its vocabulary drops, `HashBucket` and `HashedCross` give the codes
-their definition says, and bad input fails early, naming the column, leaving the caller's frame alone."""
+"""Hashed buckets and crosses (ops/hashing.py): the hash is sklearn's MurmurHash3 on real values,
+`Categorify(num_buckets)` is fastai's Categorify plus buckets for the values its vocabulary drops, `HashBucket` and
+`HashedCross` give the codes their definition says, and bad input fails early, naming the column, leaving the caller's
+frame alone."""
 import numpy as np
 import pandas as pd
 import pytest

@@ -1,9 +1,10 @@
 """The package's import graph, read from the source: each part imports only the parts docs/design.md's folder rule lets
 it (the rule's table is this file's `MAY_IMPORT`, word for word), no module (bench/ included) imports another's private
 names, module-level imports form no cycle, and the only imports inside functions that reach back into the package
-(bench/ aside) are core's two commented ones; backend.py alone imports cuDF/CuPy/RMM and branches on cuDF versus pandas, but
-for the allowlisted performance paths."""
+(bench/ aside) are core's two commented ones; backend.py alone imports cuDF/CuPy/RMM and branches on cuDF versus pandas,
+but for the allowlisted performance paths."""
 import ast
+import re
 from pathlib import Path
 
 PKG = Path(__file__).parent.parent/'fastai_gpu_tabular'
@@ -52,10 +53,12 @@ def test_every_module_is_in_a_part_of_the_rule():
 
 def test_parts_import_as_the_folder_rule_says():
     """ops/ and rows/ build on the top modules alone, train/ on rows/, deploy/ on ops/ and rows/, the front (core,
-    saved, data) on both, dask/ on the front; core's two lazy imports are the one circle (core -> dask/, core -> data)."""
+    saved, data) on both, dask/ on the front; core's lazy import of dask/ is the one circle (core's of data is within
+    the front)."""
     lazy = {('fastai_gpu_tabular.core', 'fastai_gpu_tabular.dask.tabular')}
+    may = lambda m: (_part(m), '__init__', *MAY_IMPORT[_part(m)])
     bad = sorted((m, d) for m in MODULES if _part(m) not in TOOLS for d,_,_ in _imports(m)
-                 if d in MODULES and (m, d) not in lazy and _part(d) not in (_part(m), '__init__', *MAY_IMPORT[_part(m)]))
+                 if d in MODULES and (m, d) not in lazy and _part(d) not in may(m))
     assert bad == []
 
 def test_design_states_the_rule():
@@ -129,3 +132,29 @@ def test_backend_branches_stay_in_backend():
     got = {m: b for m in MODULES if m != 'fastai_gpu_tabular.backend' for b in [_gpu_uses(m)[1]] if b}
     assert got == {m: n for m,(n,_) in allowed.items()}
     assert sum(n for n,_ in LIBRARY_BRANCHES.values()) <= 6
+
+# --- docs/layout.md's tree is the package's ---------------------------------------------------------------------------
+def _layout_tree() -> set:
+    """The files and folders docs/layout.md's `fastai_gpu_tabular/` block names, as paths: an entry is a name ending in
+    `.py` or `/` at an indent of 2 a level (a wrapped description is indented deeper, past the names' column)."""
+    text = (PKG.parent/'docs'/'layout.md').read_text()
+    block = text.split('```\nfastai_gpu_tabular/\n', 1)[1].split('```', 1)[0]
+    res, folders = set(), []
+    for line in block.splitlines():
+        m = re.match(r'( *)(\S+?(?:\.py|/))(?: {2,}|$)', line)
+        depth = (len(m.group(1)) // 2 - 1) if m else -1
+        if not m or len(m.group(1)) % 2 or depth > len(folders): continue
+        folders[depth:] = []
+        path = '/'.join([*folders, m.group(2).rstrip('/')])
+        res.add(path)
+        if m.group(2).endswith('/'): folders.append(m.group(2).rstrip('/'))
+    return res
+
+def test_layout_tree_is_the_package():
+    "Every module of the package is in the tree (bench/ and datasets/ as folders), and everything it names exists."
+    tree = _layout_tree()
+    want = {str(p.relative_to(PKG)) for p in PKG.rglob('*.py')
+            if p.relative_to(PKG).parts[0] not in ('bench', 'datasets')}
+    want |= {str(p.relative_to(PKG)) for p in PKG.iterdir() if p.is_dir() and p.name != '__pycache__'}
+    want -= {f'{d}/__init__.py' for d in ('ops', 'rows', 'train', 'deploy', 'dask')}   # the folder's line says it
+    assert tree == want

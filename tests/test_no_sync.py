@@ -25,8 +25,8 @@ from fastai.tabular.model import TabularModel, get_emb_sz
 from fastai.torch_core import set_seed
 from helpers.host_sync import HostConversions
 from fastai_gpu_tabular.all import AUC, Categorify, LogLoss, TabularGPU
-from fastai_gpu_tabular.rows.chunks import PackedChunks
 from fastai_gpu_tabular.datasets import load_adult
+from fastai_gpu_tabular.rows.chunks import PackedChunks
 from fastai_gpu_tabular.rows.stream import StreamDataLoader
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'relationship', 'race', 'gender']

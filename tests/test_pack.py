@@ -1,6 +1,6 @@
-"""pack.py: the packed rows of a processed Tabular hold fastai's own values (`TabularPandas` on Adult) where `Layout`
-says, are read back as views, rebuild the frame; `pad_bags` pads as a row-by-row loop does; bad frames get clear
-errors. Multi-hot blocks and their over-long lists are tested with the rest of multi-hot, in test_multi_hot.py."""
+"""rows/pack.py: the packed rows of a processed Tabular hold fastai's own values (`TabularPandas` on Adult) where
+`Layout` says, are read back as views, rebuild the frame; `pad_bags` pads as a row-by-row loop does; bad frames get
+clear errors. Multi-hot blocks and their over-long lists are tested with the rest of multi-hot, in test_multi_hot.py."""
 import pickle
 import numpy as np
 import pandas as pd

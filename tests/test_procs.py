@@ -1,5 +1,5 @@
-"""procs.py's vocabularies: `LazyCategoryMap` is fastai's `CategoryMap` (the same `items`, and `o2i` when read, against
-fastai's own `TabularPandas` on Adult), costs no dict until `o2i` is read, and pickles as fastai's class."""
+"""ops/procs.py's vocabularies: `LazyCategoryMap` is fastai's `CategoryMap` (the same `items`, and `o2i` when read,
+against fastai's own `TabularPandas` on Adult), costs no dict until `o2i` is read, and pickles as fastai's class."""
 import copy
 import pickle
 import subprocess

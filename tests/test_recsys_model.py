@@ -18,10 +18,10 @@ from fastai.tabular.all import (
 )
 from fastai_gpu_tabular.all import Categorify, Lamb, TabularGPU, TabularModelGPU, tabular_learner
 from fastai_gpu_tabular.datasets import load_movielens
+from fastai_gpu_tabular.rows.pack import cat_widths
 from fastai_gpu_tabular.train.learner import sparse_columns
 from fastai_gpu_tabular.train.model import bag_lookup
 from fastai_gpu_tabular.train.optimizer import sparse_adam_step
-from fastai_gpu_tabular.rows.pack import cat_widths
 
 @pytest.fixture(scope='module')
 def dls():

@@ -80,8 +80,8 @@ def rank_epochs(args, out):
     from fastai.distributed import DistributedDL
     from fastai.torch_core import rank_distrib
 
-    from ..train.distributed import DistributedBatchDL
     from ..rows.loader import BatchDataLoader
+    from ..train.distributed import DistributedBatchDL
     from .machine import RSSMeter
     a = json.loads(args)
     torch.set_num_threads(a['threads'])

@@ -47,8 +47,8 @@ def _bag_export_ms(learn, bs, reps, threads):
     import onnx
     import torch
 
-    from ..train import model as M
     from ..deploy.export import export_onnx
+    from ..train import model as M
     g = torch.Generator().manual_seed(0)
     cats,conts = learn.dls.train_ds.packed('cpu')[:2]
     idx = torch.randint(0, len(cats), (bs,), generator=g)
@@ -78,8 +78,8 @@ def deploy_suite(n_train=80_000, n_infer=20_000, n_predict=200, bs=8192, reps=3,
 
     from ..core import TabularGPU
     from ..deploy.export import export_onnx, onnx_inputs
-    from ..train.learner import tabular_learner
     from ..ops.procs import Categorify
+    from ..train.learner import tabular_learner
     torch.manual_seed(seed)
     df,cats,conts,sep = _movielens()
     n_train = min(n_train, len(df) - n_infer)

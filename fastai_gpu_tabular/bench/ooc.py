@@ -219,8 +219,8 @@ def ooc_suite(rows=64_000_000, part_rows=1_000_000, seed=0, bs=32768, train_batc
     import pandas as pd
     import torch
 
-    from ..rows.chunks import PackedChunks
     from ..datasets import criteo_parts
+    from ..rows.chunks import PackedChunks
     from .stream import stream_vs_resident
     work = Path(work or tempfile.gettempdir())/'fgt_ooc'
     t0 = time.perf_counter()

@@ -292,8 +292,8 @@ def scale_suite(opts) -> dict:
     are, and the validation AUC after one epoch, with the window shuffle, a full permutation and none."""
     import torch
 
-    from ..rows.chunks import PackedChunks
     from ..datasets import criteo_parts
+    from ..rows.chunks import PackedChunks
     device = torch.device(opts.device)
     sizes = [opts.rows] if opts.rows else sorted(opts.scale_rows)
     work = Path(opts.out).resolve().parent/'scale_work'

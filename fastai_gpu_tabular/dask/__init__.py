@@ -1,6 +1,7 @@
-"""Dask frames (pandas or cuDF partitions): `TabularGPU(ddf, ...)` gives a `TabularDask` (tabular.py), whose procs learn
-fastai's state over the partitions (procs.py) with pandas' statistics bit for bit (stats.py), and whose processed rows
-are packed a partition at a time into chunks on disk. Importing it does not import Dask."""
+"""Dask frames (pandas or cuDF partitions): `TabularGPU(ddf, ...)` gives a `TabularDask` (tabular.py), whose procs
+learn fastai's state over the partitions (ops/procs.py) with pandas' statistics bit for bit (stats.py), and whose
+processed rows are packed a partition at a time into chunks on disk. Each module here says which op it distributes.
+Importing it does not import Dask."""
 from . import stats, tabular
 from .stats import *
 from .tabular import *

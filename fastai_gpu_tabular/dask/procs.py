@@ -1,6 +1,6 @@
 """fastai's `Categorify`, `FillMissing`, `Normalize` and `Categorize` on a Dask-backed Tabular: `setups` learn over the
 partitions exactly the state they learn from the same rows in memory (dask/stats.py); `encodes` run the in-memory
-ones (procs.py) on each partition, lazily, so the codes, fills and normalised values are the in-memory ones."""
+ones (ops/procs.py) on each partition, lazily, so the codes, fills and normalised values are the in-memory ones."""
 from __future__ import annotations
 
 import dataclasses

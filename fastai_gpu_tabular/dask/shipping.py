@@ -2,7 +2,7 @@
 vocabularies), as they reach other processes (a cluster's workers, Dask's process pool): pickled once, to a file in a
 folder every worker sees, and read once in each process that runs a task with it. A task's pickle holds a reference
 to that file. Passed as Dask data instead (`dask.delayed(obj)`), the object goes through the scheduler and from worker
-to worker, pickled at each step, and each copy is a new object to the caches keyed by it (procs.py's lookup tables).
+to worker, pickled at each step, and each copy is a new object to the caches keyed by it (ops/procs.py's lookup tables).
 Dask's local schedulers (threads, sync) pickle nothing: they hand the object itself over, and no file is written."""
 from __future__ import annotations
 

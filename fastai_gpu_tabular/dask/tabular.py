@@ -39,19 +39,19 @@ from ..backend import (
     to_pandas,
 )
 from ..checks import check_inf, check_na_names, check_rows, check_targets, check_unfilled_nan, raw_columns
-from ..rows.chunks import PackedChunks, RowBlocks, part_name
 from ..core import TabularGPU
 from ..data import BatchDataLoaders
 from ..ops.hashing import HashBucket, HashedCross
 from ..ops.history import DifferenceLag, History, ListSlice
 from ..ops.joins import JoinExternal
-from ..rows.loader import BatchDataLoader
 from ..ops.numeric import Bucketize, Clip, LogOp
-from ..rows.pack import Layout, pack_rows
 from ..prepare import multi_hot_columns, prepare_names, set_procs
 from ..progress import dask_progress
-from ..splits import check_training_rows, column_split, valid_mask
+from ..rows.chunks import PackedChunks, RowBlocks, part_name
+from ..rows.loader import BatchDataLoader
+from ..rows.pack import Layout, pack_rows
 from ..rows.stream import StreamDataLoader, byte_count, free_memory
+from ..splits import check_training_rows, column_split, valid_mask
 from .groupby import JoinGroupby, register_dask_groupby
 from .history import register_dask_history
 from .procs import learns_from_conts, register_dask_procs

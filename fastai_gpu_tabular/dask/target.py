@@ -11,7 +11,6 @@ import pandas as pd
 
 from ..backend import encode_codes, sorted_uniques, to_host, to_pandas
 from ..ops.procs import register_proc
-from ..splits import valid_mask
 from ..ops.target import (
     TargetEncode,
     auto_smoothed,
@@ -21,6 +20,7 @@ from ..ops.target import (
     fold_ids,
     m_smoothed,
 )
+from ..splits import valid_mask
 from .scan import ContFacts
 from .shipping import ship, unshipped
 from .stats import compute, delayed, exact_moments, replace_columns

@@ -26,9 +26,9 @@ from ..ops.hashing import HashBucket, HashedCross, host_input, host_sources, hos
 from ..ops.history import DifferenceLag, History, ListSlice
 from ..ops.joins import JoinExternal
 from ..ops.numeric import Bucketize, Clip, LogOp
-from ..rows.pack import cat_widths
 from ..ops.procs import buckets_of, operand_dtype, vocab_values
 from ..ops.target import TargetEncode
+from ..rows.pack import cat_widths
 
 __all__ = ['export_onnx', 'onnx_inputs', 'export_model', 'export_triton']
 

@@ -22,7 +22,17 @@ import numpy as np
 import pandas as pd
 from fastai.tabular.core import Tabular, TabularProc
 
-from ..backend import Column, array_module, backend_of, codes_dtype, factorize, is_cudf, series_like, to_backend, to_host
+from ..backend import (
+    Column,
+    array_module,
+    backend_of,
+    codes_dtype,
+    factorize,
+    is_cudf,
+    series_like,
+    to_backend,
+    to_host,
+)
 from ..checks import guard_setups
 
 __all__ = ['HashBucket', 'HashedCross', 'murmur3_32', 'hash_values', 'hash_column']

@@ -112,7 +112,7 @@ def register_saved_proc(cls:type, state:Callable, restore:Callable) -> None:
     _SAVERS[f'{cls.__module__}.{cls.__qualname__}'] = (cls, state, restore)
 
 def _saved_type(name:str) -> str:
-    "A saved type's name today: before the ops had their folder (`ops/`), an op's was `fastai_gpu_tabular.<module>.<op>`."
+    "A saved type's name today: before the ops had their folder, an op's was `fastai_gpu_tabular.<module>.<op>`."
     old = name.split('.')
     return '.'.join([old[0], 'ops', *old[1:]]) if len(old) == 3 and old[0] == 'fastai_gpu_tabular' else name
 

@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from fastcore.meta import delegates
 
-from .chunks import PackedChunks
 from ..collectives import rank_and_world
+from .chunks import PackedChunks
 from .loader import BatchDataLoader
 from .pack import unpack_rows
 
