@@ -32,14 +32,21 @@ def test_cuda_stack_is_never_a_base_dependency():
     assert any(d.startswith('cudf-cu12') for d in pyproject['project']['optional-dependencies']['cuda12'])
     assert any(d.startswith('cudf-cu13') for d in pyproject['project']['optional-dependencies']['cuda13'])
 
+FOLDERS = ('ops', 'rows', 'train', 'deploy')   # folders of modules, each exported by all.py
+
 def test_every_module_has_all_and_all_py_exports_them():
+    """The top modules and those of the folders declare `__all__`, and the star import brings every name they list (but
+    the bench's, a tool)."""
     import fastai_gpu_tabular.all as A
-    for m in pkgutil.iter_modules(fastai_gpu_tabular.__path__):
-        if m.name in ('all', '__main__'): continue
-        mod = importlib.import_module(f'fastai_gpu_tabular.{m.name}')
-        assert hasattr(mod, '__all__'), m.name
-        for n in mod.__all__: assert hasattr(mod, n), f'{m.name}.{n}'
-    for n in ('TabularGPU', 'BatchDataLoader', 'BatchDataLoaders'): assert hasattr(A, n)
+    names = [m.name for m in pkgutil.iter_modules(fastai_gpu_tabular.__path__) if m.name not in ('all', '__main__',
+                                                                                               *FOLDERS)]
+    for f in FOLDERS:
+        names += [f'{f}.{m.name}' for m in pkgutil.iter_modules([str(ROOT/'fastai_gpu_tabular'/f)])]
+    assert len(names) > 30 and 'ops.procs' in names and 'rows.pack' in names
+    for name in names:
+        mod = importlib.import_module(f'fastai_gpu_tabular.{name}')
+        assert hasattr(mod, '__all__'), name
+        for n in mod.__all__: assert hasattr(mod, n) and (name == 'bench' or hasattr(A, n)), f'{name}.{n}'
 
 def test_no_removed_fastcore_modules():
     "fastcore.transform / fastcore.dispatch are gone in fastai 2.8: nothing may import them."
