@@ -302,12 +302,9 @@ if [ "{name}" = pip ] || {{ [ "$1" = -m ] && [ "$2" = pip ]; }}; then echo "{nam
 exec {python} "$@"
 '''
 
-def test_demo_command_installs_once(tmp_path):
-    """`bash scripts/demo.sh` (the README's command, with arguments for a small run) in a venv it made before: the
-    first run installs (pip) and says so, the second finds nothing changed, runs no pip and says so; both run the
-    demo. A stand-in venv logs pip instead of running it (the tests read no package index)."""
-    cmd, = [l for l in recipe('demo-command').splitlines() if l.strip()]
-    assert cmd == 'bash scripts/demo.sh'
+def stand_in_venv(tmp_path) -> dict:
+    """A venv that logs its pip calls instead of running them (the tests read no package index), and the environment
+    that makes scripts/env.sh use it."""
     venv = tmp_path/'venv'
     (venv/'bin').mkdir(parents=True)
     (venv/'bin'/'activate').write_text(f'export PATH="{venv}/bin:$PATH"\n')
@@ -316,13 +313,58 @@ def test_demo_command_installs_once(tmp_path):
         (venv/'bin'/name).chmod(stat.S_IRWXU)
     env = {**os.environ, 'VENV': str(venv), 'PIP_LOG': str(tmp_path/'pip.log'),
            'PYTHONPATH': os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')])}
-    env.pop('PANDAS', None)
-    outs = []
-    for _ in range(2):
-        r = subprocess.run([*cmd.split(), '--rows', '3000', '--epochs', '1'], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=600)
+    for k in ('PANDAS', 'TORCH_INDEX_URL'): env.pop(k, None)
+    return env
+
+def installs(tmp_path) -> list:
+    "The package installs (`pip install ... -e ...`) the stand-in venv has logged so far."
+    log = tmp_path/'pip.log'
+    return [l.split(' -e ')[1] for l in (log.read_text().splitlines() if log.exists() else []) if ' -e ' in l]
+
+def test_demo_command_installs_once(tmp_path):
+    """`bash scripts/demo.sh` (the README's command, with arguments for a small run) in a fresh venv installs (pip)
+    and says so; after `bash scripts/test.sh` has installed the test extra, which holds all the demo needs, it runs no
+    pip and says so, and neither does test.sh after it: alternating them installs nothing more. Each demo run trains."""
+    cmd, = [l for l in recipe('demo-command').splitlines() if l.strip()]
+    assert cmd == 'bash scripts/demo.sh'
+    env = stand_in_venv(tmp_path)
+    run = lambda *args: subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    steps = []
+    for args in [[*cmd.split(), '--rows', '3000', '--epochs', '1'], ['bash', 'scripts/test.sh', '--version'],
+                 [*cmd.split(), '--rows', '3000', '--epochs', '1'], ['bash', 'scripts/test.sh', '--version']]:
+        r = run(*args)
         assert r.returncode == 0, r.stderr[-3000:]
-        outs.append((r.stdout, (tmp_path/'pip.log').read_text().count('\n')))
-    (first, pips), (second, pips_after) = outs
-    assert 'installing into' in first and pips >= 3 and 'validation: accuracy' in first
-    assert 'no pip' in second and pips_after == pips and 'validation: accuracy' in second
+        steps.append((r.stdout, installs(tmp_path)))
+    (demo, pips), (test, pips_test), (demo2, pips_demo2), (test2, pips_test2) = steps
+    assert 'installing into' in demo and pips == ['.'] and 'validation: accuracy' in demo
+    assert 'installing into' in test and pips_test == ['.', '.[test]'], test
+    assert 'no pip' in demo2 and 'extras: test' in demo2 and pips_demo2 == pips_test and 'validation: accuracy' in demo2
+    assert 'no pip' in test2 and pips_test2 == pips_test
+
+def test_env_sh_installs_what_the_stamp_does_not_cover(tmp_path):
+    """scripts/env.sh runs pip where its stamp does not cover the run: a set PANDAS or TORCH_INDEX_URL other than the
+    one installed, an extra not installed, a changed pyproject.toml or env.sh (their digest); an unset one takes what
+    is there. The extras installed are kept across installs, but not across a change of the digest."""
+    env = stand_in_venv(tmp_path)
+    def source(extras='', **settings) -> bool:
+        "Whether sourcing env.sh with these extras and settings ran pip; what it says must agree."
+        before = len(installs(tmp_path))
+        r = subprocess.run(['bash', '-c', f'set -euo pipefail; . scripts/env.sh "{extras}"'], cwd=ROOT,
+                           env={**env, **settings}, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        ran = len(installs(tmp_path)) > before
+        assert ('installing into' in r.stdout) == ran and ('no pip' in r.stdout) != ran, r.stdout
+        return ran
+    stamp = tmp_path/'venv'/'.fastai_gpu_tabular-install'
+    assert source('[test]') and not source() and not source('[test]')
+    assert source('[test,tf]') and not source('[tf]') and 'extras=test,tf' in stamp.read_text()
+    assert source(PANDAS='2.3') and not source(PANDAS='2.3') and not source() and source(PANDAS='3.1')
+    url = 'https://download.pytorch.org/whl/cpu'
+    assert source(TORCH_INDEX_URL=url) and not source() and not source('[test]', TORCH_INDEX_URL=url)
+    assert installs(tmp_path)[-1] == '.' and f'--index-url {url}' in (tmp_path/'pip.log').read_text()
+    stamp.write_text(stamp.read_text().replace('digest=', 'digest=0'))   # as after an edit of pyproject.toml
+    assert source() and source('[test]') and 'extras=test\n' in stamp.read_text()
+    # a script's own arguments are no extras (demo.sh once passed its --rows on, and pip was asked for ".--rows")
+    r = subprocess.run(['bash', '-c', 'set -euo pipefail; . scripts/env.sh --rows 3000'], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "$1 is the extras" in r.stderr and installs(tmp_path)[-1] == '.[test]', r.stderr
