@@ -3,5 +3,5 @@
 # says how: VENV, TORCH_INDEX_URL, PANDAS), then run the demo. Arguments go to `python -m fastai_gpu_tabular`
 # (--help lists them). In an environment already set up, `python -m fastai_gpu_tabular` is all it takes.
 set -euo pipefail
-. "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/env.sh" ""   # no extra (an empty $1: else the sourced file would see the demo's arguments)
 python -m fastai_gpu_tabular "$@"

@@ -52,9 +52,16 @@ def test_relative_links_resolve():
     assert bad == []
 
 def test_readme_is_a_front_page():
-    "README.md fits on a few screens (under 350 lines) and links every chapter in docs/."
+    """README.md fits on a few screens (under 350 lines) and links every chapter in docs/. It opens with what the
+    package is, then the two commands, the quick start and the table of results, in that order, before the rest."""
     readme = ROOT/'README.md'
-    assert len(readme.read_text().splitlines()) < 350
+    text = readme.read_text()
+    assert len(text.splitlines()) < 350
+    sections = re.findall(r'^## (.*)$', FENCE.sub('', text), re.M)
+    assert sections[:3] == ['The two commands', 'Quick start', 'Performance'], sections
+    first = text[:text.index(f'\n## {sections[3]}\n')]
+    assert all(f'<!-- recipe: {n} -->' in first for n in ('demo-command', 'test-command', 'quick-start'))
+    assert re.search(r'^\| 1,000,000 rows, CPU \|', first.split('## Performance')[1], re.M), 'the table of results'
     linked = {(ROOT/unquote(t).partition('#')[0]).resolve() for t in links(readme)}
     assert [p.name for p in sorted((ROOT/'docs').rglob('*.md')) if p.resolve() not in linked] == []
 

@@ -152,10 +152,10 @@ def test_readme_install_commands_resolve(checkout, fresh_env, tmp_path):
 
 def test_torch_cpu_command_is_what_the_scripts_run():
     """The README's CPU torch install takes the index that `TORCH_INDEX_URL` gives scripts/env.sh in the README's laptop
-    command; it downloads 200 MB from PyTorch's index, which the tests do not read."""
+    commands, for the demo and for the tests; it downloads 200 MB from PyTorch's index, which the tests do not read."""
     cmd, = commands(recipe('install-torch-cpu'))
     url = re.fullmatch(r'pip install torch --index-url (\S+)', cmd).group(1)
-    assert f'TORCH_INDEX_URL={url} bash scripts/test.sh' in README
+    assert all(f'TORCH_INDEX_URL={url} bash scripts/{script}.sh' in README for script in ('demo', 'test'))
     assert '--index-url "$TORCH_INDEX_URL"' in (ROOT/'scripts'/'env.sh').read_text()
     pytest.skip(f'installing torch from {url} downloads about 200 MB from outside the package index the tests read')
 

