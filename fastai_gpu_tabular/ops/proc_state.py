@@ -131,15 +131,20 @@ def _categorify_state(p) -> dict:
     if isinstance(p, Categorify):
         mb = p.max_bag
         nb = p.num_buckets
-        res['init'] = {'min_freq': p.min_freq, 'max_vocab': p.max_vocab,
-                       'max_bag': dict(mb) if isinstance(mb, dict) else mb,
-                       'num_buckets': dict(nb) if isinstance(nb, dict) else nb, 'seed': p.seed}
+        plain = lambda v: dict(v) if isinstance(v, dict) else v
+        vocab = getattr(p, 'vocab', None)
+        res['init'] = {'min_freq': plain(p.min_freq), 'max_vocab': plain(p.max_vocab), 'max_bag': plain(mb),
+                       'num_buckets': plain(nb), 'seed': p.seed, 'joint': list(getattr(p, 'joint', None) or []),
+                       'vocab': None if vocab is None else
+                                {n: encode_values(v, f"Categorify.vocab[{n!r}]") for n,v in vocab.items()}}
         if hasattr(p, 'bucket_counts'): res['bucket_counts'] = {n: int(k) for n,k in p.bucket_counts.items()}
     return res
 
 def _categorify_restore(cls):
     def restore(s):
-        p = cls(**s['init']) if 'init' in s else cls()
+        init = dict(s.get('init', {}))
+        if init.get('vocab') is not None: init['vocab'] = {n: decode_values(d) for n,d in init['vocab'].items()}
+        p = cls(**init) if 'init' in s else cls()
         p.classes = {n: _dec_map(d) for n,d in s['classes'].items()}
         p.multi_hot_lens = {n: int(w) for n,w in s['multi_hot_lens'].items()}
         if 'bucket_counts' in s: p.bucket_counts = {n: int(k) for n,k in s['bucket_counts'].items()}
