@@ -107,3 +107,25 @@ def test_options_on_dask_bit_for_bit(df):
     mem = _build(df, procs())
     for n in CATS: assert list(dk.classes[n]) == list(mem.classes[n]), n
     assert torch.equal(dk.packed()[0].cpu(), mem.packed()[0].cpu())
+
+def test_joint_vocab_and_one_table(tmp_path):
+    """`joint`: MovieLens 100K's item and a History-like list of earlier items get one vocabulary (the union of their
+    training values, sorted) and the learner one table; the saved Tabular keeps it."""
+    from fastai_gpu_tabular.datasets import load_movielens_100k
+    pytest.importorskip('recbole', reason='MovieLens 100K is read from the recbole package')
+    ml = load_movielens_100k().iloc[:5000].reset_index(drop=True)
+    ml['prev'] = [list(ml.item_id.iloc[max(0, i-3):i] + 5000) for i in range(len(ml))]   # some values only here
+    kw = dict(cat_names=['item_id', 'prev', 'user_id'], cont_names=['age'], y_names='rating',
+              splits=(list(range(4000)), list(range(4000, 5000))), multi_hot={'prev': None})
+    to = TabularGPU(ml, procs=[Categorify(joint=[['item_id', 'prev']]), FillMissing, Normalize], **kw)
+    tr = ml.iloc[:4000]
+    want = sorted({*tr.item_id, *(v for lst in tr.prev for v in lst)})
+    assert list(to.classes['item_id']) == list(to.classes['prev']) == ['#na#', *want]
+    assert to_pandas(to.items)['item_id'].tolist() == (pd.Index(want).get_indexer(ml.item_id) + 1).tolist()
+    learn = tabular_learner(to.dataloaders(bs=256), layers=[4])
+    m = learn.model
+    assert m.embeds[0].weight is m.embeds[1].weight and m.embeds[2].weight is not m.embeds[0].weight
+    learn.fit(1, 1e-3)
+    loaded = TabularGPU.load(to.save(tmp_path/'s', progress=False), progress=False)
+    assert loaded.procs.categorify.joint == [['item_id', 'prev']]
+    assert list(loaded.classes['prev']) == list(to.classes['item_id'])
