@@ -77,3 +77,37 @@ def test_errors(ratings):
                    cat_names=['item_id', 'ratings'], **kw)
     pd.testing.assert_frame_equal(df, before[0])
     pd.testing.assert_frame_equal(table, before[1])
+
+@pytest.mark.parametrize('keep', ['first', 'last'])
+def test_duplicate_keys_by_policy(ratings, keep):
+    "`on_duplicates='first'/'last'` joins the key's first (last) row: pandas' merge on the table deduplicated so."
+    df, splits, table = ratings
+    dup = pd.concat([table, table.iloc[:40].assign(ratings=-1, main_genre='Dup')], ignore_index=True)
+    dup = dup.sample(frac=1, random_state=1).reset_index(drop=True)   # the repeats anywhere in the table
+    before = dup.copy()
+    to = TabularGPU(df, procs=[JoinExternal(dup, 'item_id', on_duplicates=keep)], cat_names=['item_id'],
+                    cont_names=['age'], y_names='rating', splits=splits)
+    frame = df.iloc[np.concatenate(splits)].reset_index(drop=True)
+    want = frame.merge(dup.drop_duplicates('item_id', keep=keep), on='item_id', how='left')
+    got = to_pandas(to.items)
+    np.testing.assert_array_equal(got['ratings'].to_numpy(), want['ratings'].to_numpy('f8'))
+    assert got['main_genre'].astype(object).eq('Dup').sum() == want['main_genre'].eq('Dup').sum() > 0
+    pd.testing.assert_frame_equal(dup, before)
+    with pytest.raises(ValueError, match=r"on_duplicates=...\) must be 'error', 'first' or 'last', got 'any'"):
+        JoinExternal(table, 'item_id', on_duplicates='any')
+
+def test_table_from_parquet_arrow_and_dask(ratings, tmp_path):
+    "A Parquet file, an Arrow table and a Dask frame join as the frame in memory does; a Dask table too big is refused."
+    pa = pytest.importorskip('pyarrow')
+    df, splits, table = ratings
+    table.to_parquet(tmp_path/'movies.parquet')
+    kw = dict(cat_names=['item_id'], cont_names=['age'], y_names='rating', splits=splits)
+    ref = TabularGPU(df, procs=[JoinExternal(table, 'item_id'), Categorify, FillMissing], **kw).packed()
+    sources = [tmp_path/'movies.parquet', str(tmp_path/'movies.parquet'), pa.Table.from_pandas(table)]
+    dd = pytest.importorskip('dask.dataframe', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
+    sources.append(dd.from_pandas(table, npartitions=3))
+    for src in sources:
+        got = TabularGPU(df, procs=[JoinExternal(src, 'item_id'), Categorify, FillMissing], **kw).packed()
+        for a,b in zip(got, ref): assert torch.equal(a, b), type(src)
+    with pytest.raises(ValueError, match=r"Dask side table takes \d+ bytes in memory, more than max_table_bytes=100"):
+        JoinExternal(sources[-1], 'item_id', max_table_bytes=100)

@@ -22,10 +22,13 @@ from ..ops.procs import (
     buckets_of,
     categorify_codes,
     category_map,
+    check_joint,
+    joint_of,
     keep_frequent,
     learn_bucket_counts,
     normalize_stats,
     register_proc,
+    set_joint_vocab,
     vocab_values,
 )
 from .scan import ColumnValues
@@ -146,22 +149,29 @@ def _known_categories(col) -> list|None:
     return list(to_host(col._meta.cat.categories))
 
 def _categorify_setups(self, to):
-    mf, mv, mb = getattr(self, 'min_freq', None), getattr(self, 'max_vocab', None), getattr(self, 'max_bag', None)
+    ours = isinstance(self, Categorify)   # fastai's own class has none of the options
+    if ours: self.check_names(to.cat_names)
+    opt = (lambda name, n: self.option(name, n)) if ours else (lambda name, n: None)
+    mb = getattr(self, 'max_bag', None)
     self.classes, self.multi_hot_lens = {}, {}
     if getattr(self, 'num_buckets', None): self.bucket_counts = learn_bucket_counts(self, to)
+    groups = joint_of(self)
+    check_joint(self, to, groups)
+    # the counts each column needs: for min_freq / max_vocab, and a joint group's (its cut is on the summed counts)
+    counted = lambda n: bool(opt('min_freq', n) or opt('max_vocab', n) or n in groups)
     fixed, lazy, hashed, hists = {}, {}, set(), {}
     for n in to.cat_names:
         if is_bucket_dtype(to.items._meta[n].dtype): hashed.add(n)   # HashBucket's or HashedCross' buckets, all kept
         seen = to.scan.values.get(n)   # what the scan counted of the column as it came (no pass)
         if seen is not None and n not in hashed:
             fixed[n] = seen.vocab()
-            if mf or mv: lazy[n] = seen.counts()
+            if counted(n): lazy[n] = seen.counts()
             if seen.lens is not None: hists[n] = seen.lens
             continue
         col = to.cols([n])[n]   # a Dask column only for those the scan did not count (a `cols` call costs)
         if n in to.multi_hot: col = col.explode()   # a list column: its elements
         fixed[n] = _known_categories(col)
-        if (mf or mv) and n not in hashed: lazy[n] = col.dropna().value_counts()
+        if counted(n) and n not in hashed: lazy[n] = col.dropna().value_counts()
         elif fixed[n] is None: lazy[n] = col.dropna().unique(split_out=1)
     todo = {k: v for k,v in lazy.items() if not isinstance(v, pd.Series)}
     if todo: lazy.update(compute(todo)[0])
@@ -172,14 +182,22 @@ def _categorify_setups(self, to):
     for n,h in (compute(more)[0] if more else {}).items():
         hists[n] = np.zeros(max(len(x) for x in h), np.int64)
         for x in h: hists[n][:len(x)] += x
+    joint = {}
     for n in to.cat_names:
+        if n in hists: self.multi_hot_lens[n] = bag_width(hists[n], n, mb.get(n) if isinstance(mb, dict) else mb)
+        mf, mv, given = opt('min_freq', n), opt('max_vocab', n), opt('vocab', n)
         got = to_pandas(lazy[n]) if n in lazy else None
         vals = fixed[n]
-        if vals is None: vals = sorted_uniques(pd.Series(got.index if mf or mv else got.to_numpy(), name=n))
+        if vals is None: vals = sorted_uniques(pd.Series(got.index if counted(n) else got.to_numpy(), name=n))
+        if n in groups:
+            joint[n] = (vals, got)
+            continue
         vals = keep_frequent(vals, got, mf, mv) if (mf or mv) and n not in hashed else vals
+        if given is not None: vals = list(given)
         if n in to.multi_hot: vals = py_values(vals)   # as in memory: a list's elements as Python objects
         self.classes[n] = category_map(vals + bucket_labels(buckets_of(self, n)))
-        if n in hists: self.multi_hot_lens[n] = bag_width(hists[n], n, mb.get(n) if isinstance(mb, dict) else mb)
+    for g in dict.fromkeys(map(tuple, groups.values())): set_joint_vocab(self, to, list(g), joint)
+    self.classes = {n: self.classes[n] for n in to.cat_names}   # fastai's order, joint columns too
 
 def _na_values(proc, to) -> dict:
     """{`<cont>_na`: ColumnValues} of the flags FillMissing adds, from the scan's missing counts of their conts: True

@@ -16,9 +16,12 @@ from ..ops.target import (
     auto_smoothed,
     category_means,
     category_sums,
+    check_group_sizes,
     class_indicators,
     fold_ids,
+    group_codes,
     m_smoothed,
+    setup_parts,
 )
 from ..splits import valid_mask
 from .scan import ContFacts
@@ -55,12 +58,17 @@ def _host_moments(y, kind:str, n_classes:int, rows=None) -> tuple:
     ind = {f'y{i}': (y == i).astype('int64') for i in range(n_classes)}
     return {t: float(np.mean(v)) for t,v in ind.items()}, {t: float(np.var(v)) for t,v in ind.items()}
 
-def category_codes(part, n:str, vocab:list, nan:bool):
-    "Column `n`'s category codes against `vocab` (the training rows' values), missing values last (`nan`)."
-    c = to_host(encode_codes(part[n], vocab, add=0)).to_numpy().astype('int64')
+def _col(part, n:str, groups:dict):
+    "Key `n` of a partition: its column, or a group's combination codes (`groups`: {key: (columns, vocabularies)})."
+    return group_codes(part, *groups[n], n) if n in groups else part[n]
+
+def category_codes(part, n:str, vocab:list, nan:bool, groups:dict|None=None):
+    "Key `n`'s category codes against `vocab` (the training rows' values), missing values last (`nan`)."
+    c = to_host(encode_codes(_col(part, n, groups or {}), vocab, add=0)).to_numpy().astype('int64')
     return np.where(c < 0, len(vocab), c) if nan else c
 
-def _sums_step(state:dict, part, folds, y:str, kind:str, classes, vocabs:dict, means:dict|None=None) -> dict:
+def _sums_step(state:dict, part, folds, y:str, kind:str, classes, vocabs:dict, groups:dict,
+               means:dict|None=None) -> dict:
     """One partition's rows added, in row order, onto `state` ({(what, fold, name, target column): running sums}): the
     targets ('sums'), ones ('counts', for m-smoothing), or squared deviations from the category means `means` ('ssd').
     Fold `_ALL` takes every row; fold f the rows of the other folds (`folds`: this partition's rows' folds)."""
@@ -68,7 +76,7 @@ def _sums_step(state:dict, part, folds, y:str, kind:str, classes, vocabs:dict, m
     rows = {f: None if f == _ALL else folds != f for f in dict.fromkeys(f for _,f,_,_ in state)}
     res = {}
     for n,(vocab,nan) in vocabs.items():
-        codes, k = category_codes(part, n, vocab, nan), len(vocab) + nan
+        codes, k = category_codes(part, n, vocab, nan, groups), len(vocab) + nan
         for t in ys.columns:
             w = ys[t].to_numpy()
             for f,r in rows.items():
@@ -102,17 +110,33 @@ def training_values(to, names:list) -> dict:
     got = {k: to_pandas(v) for k,v in zip(lazy, compute(*lazy.values()))}
     return {**res, **{n: (sorted_uniques(pd.Series(got[('vals', n)], name=n)), bool(got[('nan', n)])) for n in todo}}
 
+def _group_uniques(part, groups:dict, n:str):
+    "The distinct combination codes of group `n` in a partition (host int64)."
+    return np.unique(to_host(_col(part, n, groups)).to_numpy())
+
 def _target_setups(self, to):
+    if self.parts: return setup_parts(self, to)
     names, y = self.check_names(to)
     dtype = to.items[y].dtype
     cls = self.has_classes(y, dtype)
-    vocabs = training_values(to, names + [y] if cls else names)
-    self.target_classes = vocabs.pop(y)[0] if cls else None
+    plain = [n for n in names if n not in self.groups]
+    members = list(dict.fromkeys(c for n in names if n in self.groups for c in self.groups[n]))
+    vocabs = training_values(to, list(dict.fromkeys(plain + members + ([y] if cls else []))))
+    self.target_classes = vocabs[y][0] if cls else None
+    self.group_vocabs = {n: [vocabs[c][0] for c in self.groups[n]] for n in names if n in self.groups}
+    check_group_sizes(self)
+    groups = {n: (self.groups[n], v) for n,v in self.group_vocabs.items()}
+    if groups:   # a group's combinations over the training rows: one pass
+        src = to.cols(members)
+        got = compute(*[delayed(_group_uniques)(p, groups, n) for n in groups for p in src.to_delayed()])
+        k = len(got) // len(groups)
+        for i,n in enumerate(groups): vocabs[n] = (list(np.unique(np.concatenate(got[i*k:(i+1)*k]))), False)
+    vocabs = {n: vocabs[n] for n in names}
     kind = self.target_type_ = self.kind_of(y)
     n_classes = len(self.target_classes) if cls else 0
     tcols = ['y'] if kind != 'multiclass' else [f'y{i}' for i in range(n_classes)]
-    src = to.cols(list(dict.fromkeys(names + [y])))
-    parts, args = src.to_delayed(), (y, kind, self.target_classes, vocabs)
+    src = to.cols(list(dict.fromkeys([c for n in names for c in self.sources(n)] + [y])))
+    parts, args = src.to_delayed(), (y, kind, self.target_classes, vocabs, groups)
     if self._fitting is not None and self.folds:
         # each training row's fold from scikit-learn's splitters over all of them: the target on the host, in the
         # partitions these passes read (their lengths place each row)
@@ -169,7 +193,8 @@ def _encode_oof_part(part, proc, oof:dict):
     for n,(folds,tables) in oof.items():
         e = proc.encodings[n]
         nan = bool(len(e)) and bool(pd.isna(e.index[-1]))
-        vals = tables[folds[row[tr]], category_codes(part, n, list(e.index[:len(e) - nan]), nan)[tr]]
+        groups = {k: (proc.groups[k], v) for k,v in getattr(proc, 'group_vocabs', {}).items()}
+        vals = tables[folds[row[tr]], category_codes(part, n, list(e.index[:len(e) - nan]), nan, groups)[tr]]
         for i,c in enumerate(proc.out_names(n)):
             v = to_host(res[c]).to_numpy('f8', copy=True)
             v[tr] = vals[:, i]
@@ -179,7 +204,10 @@ def _encode_oof_part(part, proc, oof:dict):
 def _target_encodes(self, to):
     """The encodings of every row, lazily, a partition at a time: the statistic of all training rows, and out-of-fold
     values for the training rows of the Tabular being set up."""
-    cols = list(self.encodings)
+    if self.parts:
+        for p in self.parts: p.encodes(to)
+        return to
+    cols = list(dict.fromkeys(c for n in self.encodings for c in self.sources(n)))
     if not cols: return to
     src = to.items[cols]
     meta = self.encoded(src._meta)

@@ -94,7 +94,7 @@ def export_model(learn:Learner, path:str|Path|None=None, batch:tuple|None=None):
 # the kind `_procs` files each under. A Tabular holds one proc of each kind, or a list of the kinds in `_MANY`.
 ONNX_PROCS = {fatc.Categorify: 'cat', FillMissing: 'fill', Normalize: 'norm', HashBucket: 'hash', HashedCross: 'hash',
               TargetEncode: 'te', JoinGroupby: 'jg', JoinExternal: 'join', Bucketize: 'num', LogOp: 'num', Clip: 'num'}
-_MANY = ('hash', 'jg', 'join', 'num')
+_MANY = ('hash', 'te', 'jg', 'join', 'num')
 # the procs whose columns come from the rows before each row (a key's history): a graph of independent rows has none
 HISTORY_PROCS = (DifferenceLag, History, ListSlice)
 # the target's procs, which the graph needs not: it ends at `get_preds`' output
@@ -110,7 +110,8 @@ def _procs(to) -> dict:
                              "`learn.dls.test_dl(df)` or `learn.predict(row)`, which follow the learned state")
     for t in to.procs.fs:
         kind = next((k for c,k in ONNX_PROCS.items() if isinstance(t, c)), None)
-        if kind in _MANY: res.setdefault(kind, []).append(t)
+        if kind == 'te' and t.parts: res.setdefault(kind, []).extend(t.parts)   # a proc a target (`targets`)
+        elif kind in _MANY: res.setdefault(kind, []).append(t)
         elif kind is not None: res[kind] = t
         elif not isinstance(t, TARGET_PROCS): other.append(t)
     if other: raise TypeError(f"export_onnx knows {', '.join(c.__name__ for c in ONNX_PROCS)} and the target's procs, "
@@ -363,15 +364,19 @@ def _conts(g, to, procs, cols, numbers) -> tuple:
     JoinGroupby or `numbers` (`_numbers`' conts), FillMissing and Normalize; and FillMissing's `_na` flags by name, if
     it adds them."""
     from onnx import TensorProto as T
-    te,fill,norm = procs.get('te'),procs.get('fill'),procs.get('norm')
-    te_out = {c: (s, i) for s in te.encodings for i,c in enumerate(te.out_names(s))} if te is not None else {}
+    fill,norm = procs.get('fill'),procs.get('norm')
+    grouped = list({s: te.groups[s] for te in procs.get('te', []) for s in te.encodings if s in te.groups}.values())
+    if grouped: raise TypeError(f"export_onnx cannot put TargetEncode of the column group(s) {grouped} in the graph: "
+                                "a combination's code needs each column's vocabulary lookup and arithmetic that is not "
+                                "done yet; serve it with `learn.dls.test_dl(df)`, or encode a HashedCross of them")
+    te_out = {c: (te, s, i) for te in procs.get('te', []) for s in te.encodings for i,c in enumerate(te.out_names(s))}
     jg_out = {c: (p, s) for p in procs.get('jg', []) for s,gr in p.groups.items() for c in gr.columns}
     na_dict = fill.na_dict if fill is not None else {}
     norm_dt = (operand_dtype(norm.means), operand_dtype(norm.stds)) if norm is not None else None
     conts,flags = [],{}
     for n in to.cont_names:
         dt = np.dtype('float64')   # the dtype the procs compute this cont in (ints are float64 against the stats)
-        if n in te_out: x = _target_encoded(g, te, *te_out[n], cols)
+        if n in te_out: x = _target_encoded(g, *te_out[n], cols)
         elif n in jg_out: x = _grouped(g, *jg_out[n], n, to.cont_names, cols)
         else: x, dt = numbers[n] if n in numbers else _cont_input(g, n, cols)
         if n in na_dict:

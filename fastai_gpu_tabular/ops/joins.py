@@ -3,6 +3,7 @@ fastai proc (NVTabular's `JoinExternal`): a left join that keeps the frame's row
 processed by the other procs."""
 from __future__ import annotations
 
+from pathlib import Path
 import numpy as np
 import pandas as pd
 from fastai.tabular.core import Tabular, TabularProc
@@ -15,6 +16,20 @@ __all__ = ['JoinExternal']
 def _is_number(dtype) -> bool:
     return pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
 
+def side_table(table, max_bytes:int):
+    """A side table as a frame in memory: a Parquet file read, an Arrow table converted, a Dask frame computed once its
+    size in memory (one pass) is known to be under `max_bytes` (it is broadcast to every partition)."""
+    if isinstance(table, (str, Path)): return pd.read_parquet(table)
+    if type(table).__module__.startswith('pyarrow') and hasattr(table, 'to_pandas'): return table.to_pandas()
+    if hasattr(table, 'npartitions') and hasattr(table, 'compute'):   # a Dask frame, without importing Dask
+        size = int(table.memory_usage(deep=True, index=True).sum().compute())
+        if size > max_bytes:
+            raise ValueError(f"JoinExternal: the Dask side table takes {size} bytes in memory, more than "
+                             f"max_table_bytes={max_bytes}: it is broadcast to every partition; join it with Dask's "
+                             "merge before TabularGPU, or raise max_table_bytes")
+        return table.compute()
+    return table
+
 class JoinExternal(TabularProc):
     """The columns of `table`, a (small) side frame with one row per value of its key column `on`, joined onto every
     row of the frame by its column `on`: a left join, as pandas' `df.merge(table, on=on, how='left')`, keeping the
@@ -23,15 +38,23 @@ class JoinExternal(TabularProc):
     lacks the row's key (FillMissing then fills it and flags it); a cat as the table's values, missing there (so
     Categorify gives `#na#`). The joined columns are what the table holds: fastai's shrink does not run over them.
     Runs first (`order` -5), so every other proc can read them; the table is learned state (saved, exported, in the
-    ONNX graph); on Dask it is joined to each partition (a broadcast join)."""
+    ONNX graph); on Dask it is joined to each partition (a broadcast join). `table` may also be a Parquet file, an
+    Arrow table or a Dask frame (computed to the host, refused over `max_table_bytes`). A key the table holds twice is
+    an error, or with `on_duplicates` 'first' / 'last' that row of the key is kept. An inner join, which drops rows, is
+    not a proc (procs keep the rows, so that `new` and `predict` give one row per row): filter before `TabularGPU`."""
     order = -5
     def __init__(self,
         table:pd.DataFrame, # the side table, one row per key (a cuDF frame comes to the host)
         on:str, # the key column, in the frame and in the table
         cat_names:list|None=None, # the table's columns to add as cats (default: those not numbers)
-        cont_names:list|None=None # the table's columns to add as conts (default: the numbers)
+        cont_names:list|None=None, # the table's columns to add as conts (default: the numbers)
+        on_duplicates:str='error', # a key held twice: 'error', or keep its 'first' or 'last' row
+        max_table_bytes:int=2**31 # a Dask table larger than this in memory is refused before it is computed
     ):
-        table = to_pandas(table)
+        if on_duplicates not in ('error', 'first', 'last'):
+            raise ValueError(f"JoinExternal(on_duplicates=...) must be 'error', 'first' or 'last', got "
+                             f"{on_duplicates!r}")
+        table = to_pandas(side_table(table, max_table_bytes))
         if not isinstance(table, pd.DataFrame): raise TypeError(f"JoinExternal takes a DataFrame, not a {type(table)}")
         if on not in table.columns: raise KeyError(f"JoinExternal: the key column {on!r} is not in the table (it has "
                                                   f"{list(table.columns)[:20]})")
@@ -48,8 +71,11 @@ class JoinExternal(TabularProc):
         if bool(keys.isna().any()):
             raise ValueError(f"JoinExternal: the table's key column {on!r} holds missing values: a row joins on a key")
         dup = keys[keys.duplicated()]
-        if len(dup): raise ValueError(f"JoinExternal: the table holds key(s) {dup.unique()[:5].tolist()} of {on!r} "
-                                      "more than once: a left join would repeat the frame's rows; keep one row a key")
+        if len(dup) and on_duplicates != 'error':
+            table = table[~keys.duplicated(keep=on_duplicates)]
+        elif len(dup): raise ValueError(f"JoinExternal: the table holds key(s) {dup.unique()[:5].tolist()} of {on!r} "
+                                      "more than once: a left join would repeat the frame's rows; keep one row a key, "
+                                      "or pass on_duplicates='first' or 'last'")
         self.on, self.cat_names, self.cont_names = on, cat_names, cont_names
         # plain columns (NumPy numbers, else objects), conts as float64: what it joins, and what a save holds
         plain = lambda c: (c.to_numpy(dtype='f8', na_value=np.nan) if c.name in cont_names else

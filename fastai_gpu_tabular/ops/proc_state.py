@@ -131,15 +131,20 @@ def _categorify_state(p) -> dict:
     if isinstance(p, Categorify):
         mb = p.max_bag
         nb = p.num_buckets
-        res['init'] = {'min_freq': p.min_freq, 'max_vocab': p.max_vocab,
-                       'max_bag': dict(mb) if isinstance(mb, dict) else mb,
-                       'num_buckets': dict(nb) if isinstance(nb, dict) else nb, 'seed': p.seed}
+        plain = lambda v: dict(v) if isinstance(v, dict) else v
+        vocab = getattr(p, 'vocab', None)
+        res['init'] = {'min_freq': plain(p.min_freq), 'max_vocab': plain(p.max_vocab), 'max_bag': plain(mb),
+                       'num_buckets': plain(nb), 'seed': p.seed, 'joint': list(getattr(p, 'joint', None) or []),
+                       'vocab': None if vocab is None else
+                                {n: encode_values(v, f"Categorify.vocab[{n!r}]") for n,v in vocab.items()}}
         if hasattr(p, 'bucket_counts'): res['bucket_counts'] = {n: int(k) for n,k in p.bucket_counts.items()}
     return res
 
 def _categorify_restore(cls):
     def restore(s):
-        p = cls(**s['init']) if 'init' in s else cls()
+        init = dict(s.get('init', {}))
+        if init.get('vocab') is not None: init['vocab'] = {n: decode_values(d) for n,d in init['vocab'].items()}
+        p = cls(**init) if 'init' in s else cls()
         p.classes = {n: _dec_map(d) for n,d in s['classes'].items()}
         p.multi_hot_lens = {n: int(w) for n,w in s['multi_hot_lens'].items()}
         if 'bucket_counts' in s: p.bucket_counts = {n: int(k) for n,k in s['bucket_counts'].items()}
@@ -211,22 +216,31 @@ def _dec_frame(d:dict) -> pd.DataFrame:
                         dtype='float64')
 
 def _target_state(p) -> dict:
+    init = {'names': p.names, 'smooth': p.smooth, 'folds': p.folds, 'seed': int(p.seed),
+            'target_type': p.target_type, 'targets': p.targets}
+    if p.parts: return {'init': init, 'parts': [_target_state(q) for q in p.parts]}
     _need(p, 'encodings', 'target_mean')
     mean = np.atleast_1d(np.asarray(p.target_mean, dtype='f8'))
-    return {'init': {'names': p.names, 'smooth': p.smooth, 'folds': p.folds, 'seed': int(p.seed),
-                     'target_type': p.target_type},
+    return {'init': init, 'target': p.target,
             'target_type_': p.target_type_, 'scalar_mean': np.ndim(p.target_mean) == 0,
             'target_mean': encode_values([float(v) for v in mean], 'TargetEncode.target_mean'),
             'target_classes': None if p.target_classes is None else
                               encode_values(list(p.target_classes), 'TargetEncode.target_classes'),
+            'group_vocabs': {n: [encode_values(list(v), f"TargetEncode.group_vocabs[{n!r}]") for v in vs]
+                             for n,vs in getattr(p, 'group_vocabs', {}).items()},
             'encodings': {n: _enc_frame(e, f"TargetEncode.encodings[{n!r}]") for n,e in p.encodings.items()}}
 
 def _target_restore(s):
     p = TargetEncode(**s['init'])
+    if 'parts' in s:
+        p.parts = [_target_restore(d) for d in s['parts']]
+        return p
+    p.target = s.get('target')
     mean = np.array(decode_values(s['target_mean']), dtype='f8')
     p.target_mean = float(mean[0]) if s['scalar_mean'] else mean
     p.target_type_ = s['target_type_']
     p.target_classes = None if s['target_classes'] is None else decode_values(s['target_classes'])
+    p.group_vocabs = {n: [decode_values(d) for d in vs] for n,vs in s.get('group_vocabs', {}).items()}
     p.encodings = {n: _dec_frame(d) for n,d in s['encodings'].items()}
     return p
 

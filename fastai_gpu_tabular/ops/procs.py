@@ -3,6 +3,7 @@ pandas)."""
 from __future__ import annotations
 
 import functools
+import numbers
 import operator
 import warnings
 from collections import defaultdict
@@ -40,30 +41,101 @@ class Categorify(fatc.Categorify):
     """fastai's `Categorify`, plus options for huge ID columns: values seen fewer than `min_freq` times in the training
     rows, or beyond the `max_vocab` most frequent, go to `#na#` (ties broken by value, so cuDF and pandas agree), or
     with `num_buckets` to that many out-of-vocabulary buckets after the vocabulary (hashing.py: the values it lacks, at
-    set-up or later, hashed with `seed`; `classes` shows bucket k as '#bucket{k}#'). With none set it is fastai's
-    Categorify exactly."""
+    set-up or later, hashed with `seed`; `classes` shows bucket k as '#bucket{k}#'). `vocab` gives a column's
+    vocabulary (in the order given, as fastai's `Categorize(vocab=)` keeps it; other values go to `#na#`), and `joint`
+    groups of columns that share one vocabulary (the union of their training values, in fastai's order), so that
+    `tabular_learner` gives each group one embedding table. With none set it is fastai's Categorify exactly."""
     def __init__(self,
-        min_freq:int=None, # keep values seen at least this often in the training rows
-        max_vocab:int=None, # keep at most this many values (besides '#na#'), the most frequent
+        min_freq:int|dict=None, # keep values seen at least this often in the training rows (or {name: count})
+        max_vocab:int|dict=None, # keep at most this many values (besides '#na#'), the most frequent (or {name: count})
         max_bag:int|dict=None, # slots of a multi-hot column (or {name: slots}); default: see `bag_width`
         num_buckets:int|dict=None, # out-of-vocabulary buckets of each single-hot column (or {name: buckets})
-        seed:int=0 # the hash's seed for those buckets
+        seed:int=0, # the hash's seed for those buckets
+        vocab:dict=None, # {name: values}: the column's vocabulary as given (no '#na#', no duplicates)
+        joint:list=None # groups of columns sharing a vocabulary (and an embedding table): [['item_id', 'last_items']]
     ):
         super().__init__()
-        for k,v in (('min_freq', min_freq), ('max_vocab', max_vocab), *(dict(max_bag) if isinstance(max_bag, dict)
-                                                                         else {'max_bag': max_bag}).items()):
+        min_freq,max_vocab = _counts('min_freq', min_freq),_counts('max_vocab', max_vocab)
+        for k,v in (dict(max_bag) if isinstance(max_bag, dict) else {'max_bag': max_bag}).items():
             if v is not None and (int(v) != v or v < 1): raise ValueError(f"{k} must be a positive integer, got {v!r}")
         for k,v in (dict(num_buckets) if isinstance(num_buckets, dict) else {None: num_buckets}).items():
             if v is not None: check_buckets(v, 'num_buckets' if k is None else f"num_buckets of {k!r}")
         check_seed(seed)
+        vocab,joint = _given_vocab(vocab),_joint_groups(joint)
+        for g in joint:   # a group has one vocabulary: per-column options must agree over it
+            for name,opt in (('min_freq', min_freq), ('max_vocab', max_vocab), ('vocab', vocab),
+                             ('num_buckets', num_buckets)):
+                if isinstance(opt, dict) and len({repr(opt.get(c)) for c in g}) > 1:
+                    raise ValueError(f"Categorify({name}) differs over the joint group {g}: give its columns one value")
         store_attr()
+
+    def option(self, name:str, n:str):
+        "The option `name` (min_freq, max_vocab, vocab) of column `n`: its dict's entry, or the option itself."
+        v = getattr(self, name, None)
+        return v.get(n) if isinstance(v, dict) else v
+
+    def check_names(self, cat_names) -> None:
+        "An error naming the option and the columns its dicts (and `joint`) name that are not cat columns."
+        for name in ('min_freq', 'max_vocab', 'vocab'):
+            v = getattr(self, name, None)
+            bad = [n for n in v if n not in cat_names] if isinstance(v, dict) else []
+            if bad: raise ValueError(f"Categorify({name}) names {bad}, which are not cat columns {list(cat_names)}")
+        bad = [n for g in getattr(self, 'joint', None) or [] for n in g if n not in cat_names]
+        if bad: raise ValueError(f"Categorify(joint) names {bad}, which are not cat columns {list(cat_names)}")
 
     def setups(self, to:Tabular):
         "On other Tabulars (fastai's TabularPandas) it is fastai's Categorify, which has none of these options."
-        if self.min_freq or self.max_vocab or self.max_bag or self.num_buckets:
-            raise TypeError(f"Categorify(min_freq, max_vocab, max_bag, num_buckets) needs a TabularGPU, not a "
-                            f"{type(to).__name__}")
+        if self.min_freq or self.max_vocab or self.max_bag or self.num_buckets or self.vocab or self.joint:
+            raise TypeError(f"Categorify(min_freq, max_vocab, max_bag, num_buckets, vocab, joint) needs a TabularGPU, "
+                            f"not a {type(to).__name__}")
         return fatc.Categorify.setups(self, to)
+
+def _counts(name:str, v):
+    "`min_freq` / `max_vocab` checked: None, a positive integer, or {column: positive integer}."
+    if v is None: return None
+    def one(x, what):
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or int(x) != x or x < 1:
+            raise ValueError(f"{what} must be a positive integer, got {x!r}")
+        return int(x)
+    if not isinstance(v, dict): return one(v, name)
+    bad = [k for k in v if not isinstance(k, str)]
+    if bad: raise TypeError(f"Categorify({name}) is a dict by column name: its keys {bad} are not names")
+    return {k: one(x, f"{name} of {k!r}") for k,x in v.items()}
+
+NA = '#na#'
+
+def _given_vocab(vocab) -> dict|None:
+    "`vocab` checked: {column: a list of distinct, non-missing values without '#na#'}."
+    if vocab is None: return None
+    if not isinstance(vocab, dict): raise TypeError(f"Categorify(vocab) must be a dict {{column: values}}, "
+                                                    f"got a {type(vocab).__name__}")
+    res = {}
+    for n,vals in vocab.items():
+        if isinstance(vals, (str, bytes, dict)) or not hasattr(vals, '__iter__'):
+            raise TypeError(f"Categorify(vocab) of {n!r} must be a list of values, got a {type(vals).__name__}")
+        vals = list(vals)
+        if not vals: raise ValueError(f"Categorify(vocab) of {n!r} is empty")
+        bad = [v for v in vals if v is None or (isinstance(v, float) and v != v) or (isinstance(v, str) and v == NA)]
+        if bad: raise ValueError(f"Categorify(vocab) of {n!r} holds {bad[0]!r}: '#na#' (code 0) is added for it")
+        if len(pd.Index(vals).unique()) != len(vals):
+            dup = pd.Index(vals)[pd.Index(vals).duplicated()][0]
+            raise ValueError(f"Categorify(vocab) of {n!r} holds {dup!r} twice")
+        res[n] = vals
+    return res
+
+def _joint_groups(joint) -> list:
+    "`joint` checked: a list of groups, each a list of two or more column names, no name in two groups."
+    if joint is None: return []
+    groups = [joint] if joint and all(isinstance(n, str) for n in joint) else list(joint)
+    res, seen = [], set()
+    for g in groups:
+        if isinstance(g, str) or not all(isinstance(n, str) for n in g) or len(set(g)) < 2:
+            raise ValueError(f"Categorify(joint) takes groups of two or more column names, got {g!r}")
+        twice = [n for n in g if n in seen]
+        if twice: raise ValueError(f"Categorify(joint) puts {twice} in two groups")
+        seen.update(g)
+        res.append(list(g))
+    return res
 
 class LazyCategoryMap(CategoryMap):
     """fastai's `CategoryMap` (`items`, and `o2i`: a `defaultdict(int)` with `add_na`, else a dict) whose `o2i` is built
@@ -181,30 +253,74 @@ def categorify_codes(proc, n, col, vocab=None):
     return oov_buckets(codes, col, len(proc.classes[n]) - nb, nb, proc.seed) if nb else codes
 
 def _categorify_setups(self, to):
-    mf,mv = getattr(self, 'min_freq', None),getattr(self, 'max_vocab', None)   # fastai's own class has neither
+    ours = isinstance(self, Categorify)   # fastai's own class has none of the options
+    if ours: self.check_names(to.cat_names)
+    opt = (lambda name, n: self.option(name, n)) if ours else (lambda name, n: None)
     self.classes,self.multi_hot_lens = {},{}
     if getattr(self, 'num_buckets', None): self.bucket_counts = learn_bucket_counts(self, to)
+    groups = joint_of(self)
+    check_joint(self, to, groups)
+    elems = {}   # a joint group's columns' training values, its vocabulary made after all of them
     for n in to.cat_names:
         col = to.items[n]
         if n in to.multi_hot:    # a vocab over the training rows' elements; the bag width from the lists of all rows
-            elems,lens = explode_lists(to.full_items[n])
-            col = elems[elems.index < len(to.items)]   # training rows come first in the full frame
+            els,lens = explode_lists(to.full_items[n])
+            col = els[els.index < len(to.items)]   # training rows come first in the full frame
             mb = getattr(self, 'max_bag', None)
             hist = to_host(np.bincount(lens))   # CuPy's bincount on a CuPy array
             self.multi_hot_lens[n] = bag_width(hist, n, mb.get(n) if isinstance(mb, dict) else mb)
+        if n in groups:
+            elems[n] = col
+            continue
+        mf,mv,given = opt('min_freq', n),opt('max_vocab', n),opt('vocab', n)
         # a category column's vocab is its categories (from all rows, for fastai's df_shrink cast); frequencies
         # (min_freq, max_vocab) are counted on the training rows
         # a hashed column (HashBucket, HashedCross) keeps all its buckets: its codes are bucket + 1
         cut = (mf or mv) and not is_bucket_dtype(col.dtype)
-        values = freq_values(col, mf, mv) if cut else _cat_values(col)
+        if given is not None: values = list(given)
+        else: values = freq_values(col, mf, mv) if cut else _cat_values(col)
         # pandas holds a bool column with missing values as Python objects: fastai's vocab has `bool`, not `np.bool_`
-        if n not in to.multi_hot and holds_py_bools(to.full_items[n]): values = [bool(v) for v in values]
+        if given is None and n not in to.multi_hot and holds_py_bools(to.full_items[n]):
+            values = [bool(v) for v in values]
         if n in to.multi_hot: values = py_values(values)   # pandas' lists hold Python objects, cuDF's typed ones
         # a pandas categorical's categories are its vocab, as an Index at hand: encoding finds them equal, no lookup
         # (a performance path for pandas: a cuDF column's categories are on the device)
-        same = not cut and not is_cudf(col) and is_categorical(col.dtype)
+        same = given is None and not cut and not is_cudf(col) and is_categorical(col.dtype)
         self.classes[n] = category_map(values + bucket_labels(buckets_of(self, n)),
                                        index=col.cat.categories if same else None)
+    for g in dict.fromkeys(map(tuple, groups.values())):
+        counts = {n: (_cat_values(elems[n]), to_host(elems[n].value_counts(dropna=True))) for n in g}
+        set_joint_vocab(self, to, list(g), counts)
+    self.classes = {n: self.classes[n] for n in to.cat_names}   # fastai's order, joint columns too
+
+def joint_of(proc) -> dict:
+    "{column: its joint group} of `Categorify(joint)` (none for fastai's own)."
+    return {n: g for g in getattr(proc, 'joint', None) or [] for n in g}
+
+def check_joint(proc, to, groups:dict) -> None:
+    "A joint group's columns take no buckets (hashed values or `num_buckets`): their codes would differ."
+    bad = [n for n in groups if buckets_of(proc, n) or is_bucket_dtype(to.items._meta[n].dtype
+                                                                         if hasattr(to.items, '_meta') else
+                                                                         to.items[n].dtype)]
+    if bad: raise ValueError(f"Categorify(joint) names {bad}, which have hash buckets (HashBucket, HashedCross or "
+                             "num_buckets): a joint vocabulary holds values, not buckets")
+
+def set_joint_vocab(proc, to, g:list, counts:dict) -> None:
+    """One vocabulary for the joint group `g` from each column's values and counts (`counts`: {column: (values, host
+    counts by value)}): the given `vocab`, else the union of the values, sorted, cut by `min_freq` / `max_vocab`
+    on the counts summed over the group. Every column of the group holds the same `CategoryMap`."""
+    n0 = g[0]
+    mf,mv,given = proc.option('min_freq', n0),proc.option('max_vocab', n0),proc.option('vocab', n0)
+    if given is not None: values = list(given)
+    else:
+        try: values = sorted_uniques(pd.Series([v for n in g for v in counts[n][0]], dtype=object))
+        except TypeError as e: raise TypeError(f"Categorify(joint) group {g}: {e}") from None
+        if mf or mv:
+            total = pd.concat([counts[n][1] for n in g]).groupby(level=0).sum()
+            values = keep_frequent(values, total, mf, mv)
+    if any(n in to.multi_hot for n in g): values = py_values(values)
+    cm = category_map(values)
+    for n in g: proc.classes[n] = cm
 
 def _categorify_encodes(self, to):
     # multi-hot columns keep their values in the frame: their codes are packed (a padded block) with the tensors

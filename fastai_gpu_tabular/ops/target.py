@@ -80,14 +80,18 @@ class TargetEncode(TabularProc):
     row never sees its own target; every later frame (validation, `new`, `test_dl`, `predict`) gets the statistic of
     all training rows. Missing values are a category; a category unseen in training gets the global mean. The source
     column stays a cat (Categorify still encodes it for an embedding). Runs before Categorify (on the raw values), and
-    before Normalize, which scales the new columns with the others."""
+    before Normalize, which scales the new columns with the others.
+    `targets` encodes other columns than the Tabular's one target, each its own statistic: `<name>_te_<target>` (and
+    `_<class>`). A group of names (`[['a', 'b']]`, NVTabular's) encodes the columns' values together, a category per
+    combination seen in training (`a_b_te`); a combination with a value unseen in training gets the global mean."""
     order = 0
     def __init__(self,
         names:list|None=None, # cat columns to encode (default: every single-hot cat column)
         smooth:str|float='auto', # 'auto' (empirical Bayes) or m >= 0: `(sum + m*mean) / (count + m)`
         folds:int=5, # cross-fitting folds on the training rows; 0: none (the training rows see their own target)
         seed:int=0, # the folds' shuffle
-        target_type:str='auto' # 'continuous', 'binary', 'multiclass'; 'auto': fastai's rule (numbers regress)
+        target_type:str='auto', # 'continuous', 'binary', 'multiclass'; 'auto': fastai's rule (numbers regress)
+        targets:list|None=None # target columns to encode each name with (default: the Tabular's one target)
     ):
         number = isinstance(smooth, numbers.Real) and not isinstance(smooth, bool)
         if not (smooth == 'auto' or (number and smooth >= 0)):
@@ -96,38 +100,73 @@ class TargetEncode(TabularProc):
             raise ValueError(f"TargetEncode(folds=...) must be 0 (no cross-fitting) or an integer >= 2, got {folds!r}")
         if target_type not in _TYPES: raise ValueError(f"TargetEncode(target_type=...) must be one of {_TYPES}, got "
                                                        f"{target_type!r}")
-        self.names = None if names is None else ([names] if isinstance(names, str) else list(names))
-        self.smooth,self.folds,self.seed,self.target_type = smooth,int(folds),seed,target_type
+        self.names = None if names is None else ([names] if isinstance(names, str) else
+                                                 [n if isinstance(n, str) else list(n) for n in names])
+        self.groups = {}   # {key: its columns} of the names that are groups
+        for n in self.names or []:
+            if isinstance(n, str): continue
+            if len(n) < 2 or not all(isinstance(c, str) for c in n) or len(set(n)) < len(n):
+                raise ValueError(f"TargetEncode(names) takes column names or groups of two or more, got {n!r}")
+            self.groups['_'.join(n)] = n
+        if targets is not None:
+            targets = [targets] if isinstance(targets, str) else list(targets)
+            if not targets or len(set(targets)) < len(targets) or not all(isinstance(t, str) for t in targets):
+                raise ValueError(f"TargetEncode(targets) takes distinct column names, got {targets!r}")
+        self.smooth,self.folds,self.seed,self.target_type,self.targets = smooth,int(folds),seed,target_type,targets
+        self.target = None   # the target of one of `parts`
+        self.parts = [self.part(t) for t in targets or []]   # a proc a target: each its own statistic
         self._fitting,self._oof = None,None
+
+    def part(self, target:str):
+        "The proc encoding the names with `target` alone."
+        p = TargetEncode(self.names, self.smooth, self.folds, self.seed, self.target_type)
+        p.target = target
+        return p
+
+    @property
+    def key_names(self) -> list|None:
+        "The names as the encodings hold them: a column, or a group's key (its columns joined by '_')."
+        return None if self.names is None else [n if isinstance(n, str) else '_'.join(n) for n in self.names]
+
+    def sources(self, n:str) -> list:
+        "The frame's columns key `n` reads."
+        return self.groups.get(n, [n])
+
+    def column(self, df, n:str):
+        "The values of key `n` in `df`: its column, or a group's combination codes (`group_codes`)."
+        return group_codes(df, self.groups[n], self.group_vocabs[n], n) if n in self.groups else df[n]
 
     def setup(self, items=None, train_setup=False):
         "fastai's set-up (`setups` on the training rows, then encodes on `items`), remembering which object it fits."
         self._fitting = items   # its training rows get the out-of-fold values
+        for p in self.parts: p._fitting = items
         try: return super().setup(items, train_setup)
-        finally: self._fitting,self._oof = None,None
+        finally:
+            for p in [self, *self.parts]: p._fitting,p._oof = None,None
 
     def raw_names(self, cat_names, cont_names, y_names) -> list:
         """The cat columns it encodes and the target: fastai's shrink leaves their values as they are (see
         `checks.raw_columns`), so the encodings are those of the values given (scikit-learn's on a float64 target)."""
         flags = {f'{c}_na' for c in cont_names}
-        names = self.names if self.names is not None else [n for n in cat_names if n not in flags]
-        return [*names, *y_names]
+        names = ([c for n in self.key_names for c in self.sources(n)] if self.names is not None else
+                 [n for n in cat_names if n not in flags])
+        return [*names, *(self.targets or y_names)]
 
     def check_names(self, to) -> tuple:
         "`(names, target)`: the columns to encode and the target's name, or an error naming what is wrong."
-        if len(to.y_names) != 1:
-            raise ValueError(f"TargetEncode needs one target column, got y_names={list(to.y_names)}")
-        y = to.y_names[0]
+        if self.target is None and len(to.y_names) != 1:
+            raise ValueError(f"TargetEncode needs one target column, got y_names={list(to.y_names)}: give targets=")
+        y = self.target if self.target is not None else to.y_names[0]
         if y not in to.items.columns: raise KeyError(f"TargetEncode: the target column {y!r} is not in the frame")
         mh = getattr(to, 'multi_hot', {})
         # by default the single-hot cats of the frame, not FillMissing's `_na` flags (there if it ran first)
         flags = {f'{c}_na' for c in to.cont_names}
-        names = self.names if self.names is not None else [n for n in to.cat_names
-                                                           if n not in mh and n not in flags and n in to.items.columns]
-        bad = [n for n in names if n not in to.items.columns]
+        names = self.key_names if self.names is not None else [n for n in to.cat_names
+                                                          if n not in mh and n not in flags and n in to.items.columns]
+        bad = [c for n in names for c in self.sources(n) if c not in to.items.columns]
         if bad: raise KeyError(f"TargetEncode: column(s) {bad} are not in the frame (it has "
                                f"{list(to.items.columns)[:20]})")
-        bad = [n for n in names if n in mh or n == y]
+        bad = [c for n in names for c in self.sources(n) if c in mh or c == y]
         if bad: raise ValueError(f"TargetEncode encodes single-hot columns, not the target or multi-hot ones: {bad}")
         return names, y
 
@@ -162,7 +201,11 @@ class TargetEncode(TabularProc):
 
     @guard_setups
     def setups(self, to):
+        if self.parts: return setup_parts(self, to)
         names, ycol = self._check(to)
+        self.group_vocabs = {n: [sorted_uniques(to.items[c]) for c in self.groups[n]] for n in names
+                             if n in self.groups}
+        check_group_sizes(self)
         if not self.has_classes(ycol.name, ycol.dtype): self.target_classes,y = None,column_values(ycol).astype('f8')
         else:
             self.target_classes = sorted_uniques(ycol)
@@ -177,7 +220,7 @@ class TargetEncode(TabularProc):
             if array_module(y) is not np: folds = array_module(y).asarray(folds)
         self.encodings,self._oof = {},{}
         for n in names:
-            col = to.items[n]
+            col = self.column(to.items, n)
             vocab = sorted_uniques(col)
             codes_n = column_values(encode_codes(col, vocab, add=0)).astype('int64')
             nan = bool((codes_n < 0).any())   # missing values: a category of their own, the last one
@@ -189,12 +232,14 @@ class TargetEncode(TabularProc):
     @property
     def made_names(self) -> list:
         "The columns this proc adds (checked as present by `check_columns` only after it ran)."
+        if self.parts: return [c for p in self.parts for c in p.made_names]
         return [c for n in getattr(self, 'encodings', {}) for c in self.out_names(n)]
 
     def out_names(self, n) -> list:
         "The columns made from cat column `n`: `<n>_te`, or `<n>_te_<class>` for each class of a multi-class target."
-        if self.target_type_ != 'multiclass': return [f'{n}_te']
-        return [f'{n}_te_{c}' for c in self.target_classes]
+        base = f'{n}_te' if self.target is None else f'{n}_te_{self.target}'
+        if self.target_type_ != 'multiclass': return [base]
+        return [f'{base}_{c}' for c in self.target_classes]
 
     def _lookup(self, col, n):
         "Encoded values of `col` (rows, outputs) on its device: unseen values get the global mean."
@@ -212,14 +257,20 @@ class TargetEncode(TabularProc):
 
     def encoded(self, df):
         "The columns this proc makes for the rows of `df` (pandas or cuDF), from the statistic of all training rows."
-        vals = {c: _column(v, i) for n in self.encodings for v in [self._lookup(df[n], n)]
+        if self.parts:
+            parts = [p.encoded(df) for p in self.parts]
+            return frame_like(df, {c: f[c] for f in parts for c in f.columns})
+        vals = {c: _column(v, i) for n in self.encodings for v in [self._lookup(self.column(df, n), n)]
                 for i,c in enumerate(self.out_names(n))}
         return frame_like(df, vals)
 
     def encodes(self, to):
+        if self.parts:
+            for p in self.parts: p.encodes(to)
+            return to
         fitting = to is self._fitting and bool(self._oof)
         for n in self.encodings:
-            vals = self._lookup(to.items[n], n)
+            vals = self._lookup(self.column(to.items, n), n)
             if fitting:   # the training rows (first in the frame) get their out-of-fold values
                 oof = self._oof[n]
                 vals[:len(oof)] = oof
@@ -258,3 +309,29 @@ def _out_of_fold(codes, y, k, smooth, folds, n_folds):
         enc = _encode(codes[tr], y[tr], k, smooth, xp.mean(y[tr], axis=0))
         res[te] = enc[codes[te]]
     return res
+
+def setup_parts(proc, to):
+    "Set up each target's proc (`targets`) on `to`, each as its own TargetEncode (on Dask too)."
+    for t in proc.targets:
+        if t not in to.items.columns:
+            raise KeyError(f"TargetEncode: the target column {t!r} is not in the frame: a Tabular keeps its named "
+                           "columns, name it in y_names or cont_names")
+    for p in proc.parts: p.setups(to)
+
+def check_group_sizes(proc) -> None:
+    "A group's combinations are codes in an int64: its columns' vocabularies must multiply to fewer than 2**62."
+    for n,vs in proc.group_vocabs.items():
+        if np.prod([float(len(v) + 1) for v in vs]) >= 2.0**62:
+            raise ValueError(f"TargetEncode group {proc.groups[n]}: its columns have too many values to combine")
+
+def group_codes(df, cols:list, vocabs:list, name:str):
+    """The combination of `df`'s columns `cols` as one int64 code a row (on `df`'s device): each column's code in its
+    training values `vocabs` (a missing value after them), mixed-radix; -1 where a value is unseen in training."""
+    total = unseen = None
+    for c,v in zip(cols, vocabs):
+        codes = column_values(encode_codes(df[c], v, add=0)).astype('int64')
+        xp = array_module(codes)
+        codes = xp.where(column_values(df[c].isna()), len(v), codes)
+        total = codes if total is None else total * (len(v) + 1) + codes
+        unseen = codes < 0 if unseen is None else unseen | (codes < 0)
+    return series_like(df[cols[0]], xp.where(unseen, -1, total), name=name)

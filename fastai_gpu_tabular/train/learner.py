@@ -24,6 +24,14 @@ def sparse_columns(to, sparse) -> list:
     if bad: raise ValueError(f"sparse names {bad}, which are not cat columns {list(to.cat_names)}")
     return [i for i,n in enumerate(to.cat_names) if n in L(sparse)]
 
+def shared_tables(to) -> dict:
+    "{cat index: the first cat index of its group} of Categorify's `joint` groups, which share one embedding table."
+    names, res = list(to.cat_names), {}
+    for p in getattr(to.procs, 'fs', []):
+        for g in getattr(p, 'joint', None) or []:
+            for n in g[1:]: res[names.index(n)] = names.index(g[0])
+    return res
+
 @delegates(Learner.__init__)
 def tabular_learner(dls:DataLoaders, layers:list=None, emb_szs:dict|int=None, config:dict=None, n_out:int=None,
                     y_range=None,
@@ -41,6 +49,8 @@ def tabular_learner(dls:DataLoaders, layers:list=None, emb_szs:dict|int=None, co
     to = dls.train_ds
     if isinstance(emb_szs, int): emb_szs = {n: emb_szs for n in to.cat_names}
     emb_szs = get_emb_sz(to, {} if emb_szs is None else emb_szs)
+    shared = shared_tables(to)
+    for i,j in shared.items(): emb_szs[i] = emb_szs[j]   # a joint group's table: its first column's size
     if n_out is None: n_out = get_c(dls)
     assert n_out, "`n_out` is not defined, and could not be inferred from data, set `dls.c` or pass `n_out`"
     if y_range is None and 'y_range' in config: y_range = config.pop('y_range')
@@ -49,7 +59,7 @@ def tabular_learner(dls:DataLoaders, layers:list=None, emb_szs:dict|int=None, co
     sparse = sparse_columns(to, sparse)
     if fused and sparse: sparse = list(range(len(to.cat_names)))   # one weight: all sparse
     model = TabularModelGPU(emb_szs, len(dls.cont_names), n_out, layers, y_range=y_range, bags=bags, sparse=sparse,
-                            fused=fused, bag_mode=bag_mode, **config)
+                            fused=fused, bag_mode=bag_mode, shared=shared, **config)
     if sparse: kwargs['opt_func'] = sparse_opt(kwargs.get('opt_func', Adam), sparse_lr_mult=sparse_lr_mult)
     learn = TabularLearner(dls, model, **kwargs)
     for m in learn.metrics:   # a ranking metric's group column: checked now, not after a training epoch

@@ -132,7 +132,8 @@ class TabularModelGPU(TabularModel):
                  bags:dict=None, # {cat index: slots} of the multi-hot columns
                  sparse=(), # cat indices whose tables get sparse gradients (`fused`: all of them, or none)
                  fused=False, # one lookup kernel per embedding width instead of one per column
-                 bag_mode='mean'): # how a bag's embeddings combine: 'mean' or 'sum'
+                 bag_mode='mean', # how a bag's embeddings combine: 'mean' or 'sum'
+                 shared:dict=None): # {cat index: the cat index whose table it uses} (Categorify's joint groups)
         # fastai builds the layers; its tables are rebuilt below (1-row stand-ins: no huge throwaway allocation)
         super().__init__([(1, nf) for _,nf in emb_szs], n_cont, out_sz, layers, ps=ps, embed_p=embed_p, y_range=y_range,
                          use_bn=use_bn, bn_final=bn_final, bn_cont=bn_cont, act_cls=act_cls, lin_first=lin_first)
@@ -149,6 +150,11 @@ class TabularModelGPU(TabularModel):
             self.embeds = nn.ModuleList([_Bag(ni, nf, bag_mode, sparse=i in self.sparse) if i in self.bags
                                          else _embedding(ni, nf, sparse=i in self.sparse)
                                          for i,(ni,nf) in enumerate(emb_szs)])
+        self.shared = dict(shared or {})
+        if self.shared and fused: raise ValueError("a fused embedding cannot share tables (Categorify(joint)) yet")
+        for i,j in self.shared.items():   # one Parameter: the optimizer and the state dict see one table
+            if emb_szs[i] != emb_szs[j]: raise ValueError(f"cat {i} shares cat {j}'s table but has another size")
+            self.embeds[i].weight = self.embeds[j].weight
 
     def embed(self, x_cat):
         "The concatenated embeddings of every cat column, in column order."
