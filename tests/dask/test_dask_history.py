@@ -18,6 +18,7 @@ from fastai_gpu_tabular.all import (
     JoinExternal,
     ListSlice,
     LogOp,
+    NormalizeMinMax,
     TabularGPU,
 )
 from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
@@ -51,8 +52,8 @@ def history_procs():
 
 def row_procs(movies):
     return lambda: [JoinExternal(movies, 'item_id'), ListSlice('genres', -2), Clip('age', 10, 60), LogOp('ratings'),
-                    Bucketize('age', q=4), Bucketize('timestamp', boundaries=[8.8e8, 8.9e8]), Categorify, FillMissing,
-                    Normalize]
+                    NormalizeMinMax(['age', 'timestamp']), Bucketize('age', q=4),
+                    Bucketize('timestamp', boundaries=[0.3, 0.6]), Categorify, FillMissing, Normalize]
 
 def both(df, procs, kw, **dkw):
     "The Dask Tabular over 4 partitions of `df`, and the in-memory one of the same rows, split by the same column."
@@ -69,6 +70,7 @@ def same(td, tg):
     for p,q in zip(td.procs.fs, tg.procs.fs):
         if getattr(q, 'last', None) is not None: pd.testing.assert_frame_equal(p.last, q.last)
         if getattr(q, 'bins', None) is not None: assert p.bins == q.bins
+        if getattr(q, 'mins', None) is not None: assert (p.mins, p.maxs) == (q.mins, q.maxs)
     for n in tg.classes: assert [(type(v), v) for v in td.classes[n]] == [(type(v), v) for v in tg.classes[n]], n
     for d in ('na_dict', 'means', 'stds', 'multi_hot_lens'):
         x, y = getattr(td, d, {}), getattr(tg, d, {})
@@ -98,14 +100,15 @@ def test_planes_with_missing_tailnums(count):
 
 def test_row_procs_are_the_in_memory_ones(ratings, movies, count, held):
     """A side table joined to every partition (a broadcast join), the last two genres, clipped ages, log1p of the
-    joined counts, ages' quartiles and given boundaries: the in-memory rows and state bit for bit. Bucketize's
-    quartiles come from the held training conts (Clip's ages among them) with no pass; ListSlice's lists cost
+    joined counts, ages and times scaled to [0, 1], ages' quartiles and given boundaries: the in-memory rows and state
+    bit for bit. NormalizeMinMax's ranges and Bucketize's quartiles come from the held training conts (Clip's ages
+    among them) with no pass; ListSlice's lists cost
     Categorify a pass for their elements and one for their lengths, and the joined cont (which is not held) one for its
     missing values, then FillMissing's median and Normalize two each."""
     with count() as got: td, tg = both(ratings, row_procs(movies), KW)
     # the scan; the cut lists' elements and lengths; the joined cont's missing values; the median's sample and
-    # bracket; Normalize's sums and squares; the write; spilled: Bucketize's training values too
-    assert got['passes'] == 1 + 2 + 1 + 2 + 2 + 1 + (0 if held else 1)
+    # bracket; Normalize's sums and squares; the write; spilled: NormalizeMinMax's and Bucketize's training values too
+    assert got['passes'] == 1 + 2 + 1 + 2 + 2 + 1 + (0 if held else 2)
     same(td, tg)
 
 def test_later_dask_frame(ratings, movies):
