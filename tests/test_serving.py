@@ -325,9 +325,11 @@ def test_a_later_column_of_another_kind_warns(loans):
 HISTORY_PATHS = ['new', 'test_dl', 'predict', 'saved', 'load_learner', 'new_dask', 'dask']
 
 def _history_procs():
-    "Each key's history: lags by one and by two columns, the last 3 movies and their lags, cut to the latest 2."
+    """Each key's history: lags by one and by two columns (by one: 1 and 2 back; one ahead would differ in training,
+    where the training rows' last events get the later frame's first as their next), the last 3 movies and their
+    lags, cut to the latest 2."""
     from fastai_gpu_tabular.all import DifferenceLag, History, ListSlice
-    return [DifferenceLag('user_id', 'timestamp'), DifferenceLag(['occupation', 'gender'], 'timestamp'),
+    return [DifferenceLag('user_id', 'timestamp', shift=[1, 2]), DifferenceLag(['occupation', 'gender'], 'timestamp'),
             History('item_id', 'user_id', 'timestamp', n=3, lags=True), ListSlice('item_id_last3_user_id', 0, 2),
             Categorify, FillMissing, Normalize]
 

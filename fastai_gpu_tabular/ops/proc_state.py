@@ -274,6 +274,7 @@ def _history_state(p) -> dict:
     "DifferenceLag's and History's arguments, and the last events of each key they learned (None before set-up)."
     init = {'keys': p.keys, 'time': p.time, 'names': p.names}
     if isinstance(p, History): init.update(n=p.n, lags=p.lags)
+    elif p.shift != 1: init['shift'] = p.shift   # a Tabular saved before shifts existed has none: 1
     return {'init': init, 'last': None if p.last is None else _enc_table(p.last, f"{type(p).__name__}.last")}
 
 def _history_restore(cls):

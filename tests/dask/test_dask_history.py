@@ -46,8 +46,10 @@ KW = dict(cat_names=['user_id', 'item_id', 'genres', 'occupation', 'gender'], co
           y_names='rating', multi_hot={'genres': '|'})
 
 def history_procs():
-    return [DifferenceLag('user_id', 'timestamp'), DifferenceLag(['occupation', 'gender'], 'timestamp'),
-            History('item_id', 'user_id', 'timestamp', n=3, lags=True), ListSlice('item_id_last3_user_id', 0, 2),
+    return [DifferenceLag('user_id', 'timestamp', shift=[1, 3, -2]),
+            DifferenceLag(['occupation', 'gender'], 'timestamp'),
+            History('item_id', 'user_id', 'timestamp', n=3, lags=True),
+            ListSlice('item_id_last3_user_id', 0, 2),
             Categorify, FillMissing, Normalize]
 
 def row_procs(movies):
@@ -77,9 +79,9 @@ def same(td, tg):
         assert list(x) == list(y) and all(x[k] == y[k] and type(x[k]) is type(y[k]) for k in y), d
 
 def test_history_is_the_in_memory_one(ratings, count, held):
-    """Lags by one and by two key columns, the last 3 movies and their lags, cut to 2: the in-memory rows and state bit
-    for bit. A pass each history proc (its shuffle); their lags join the held training conts, so FillMissing and
-    Normalize then need none (else their two each, as for any cont not held)."""
+    """Lags by one and by two key columns (1 and 3 back, 2 ahead), the last 3 movies and their lags, cut to 2: the
+    in-memory rows and state bit for bit. A pass each history proc (its shuffle); their lags join the held training
+    conts, so FillMissing and Normalize then need none (else their two each, as for any cont not held)."""
     assert (ratings.groupby('user_id').apply(lambda g: len(set(g.index * PARTS // len(ratings))),
                                              include_groups=False) > 1).mean() > 0.9   # users in several partitions
     with count() as got: td, tg = both(ratings, history_procs, KW)
