@@ -301,3 +301,37 @@ def test_a_late_event_gets_nan_not_an_error(ratings):
     assert x_cont.shape[0] == len(rows)
     np.testing.assert_array_equal(x_cont[250].numpy(), np.float32([late.timestamp.iloc[0], to.na_dict[lag]]))
     learn.predict(late.iloc[0].drop('rating'))   # a row alone: no error
+
+def test_list_slice_pads_to_a_fixed_length(ratings, as_backend):
+    """`pad=True`: Python's slice, then `pad_value` (None: a missing element) at its end up to the slice's length: the
+    genres' first 2 and last 3, the last 5 movies' latest 4; a pad of the wrong kind, a slice of no fixed length:
+    errors."""
+    df, splits = ratings
+    genres = [list(g) for g in df['genres']]
+    for start,stop,pad in ((0, 2, '<pad>'), (-3, None, None), (1, 3, 'x')):
+        to = TabularGPU(as_backend(df), procs=[ListSlice('genres', start, stop, pad=True, pad_value=pad), Categorify],
+                        cat_names=['genres'], y_names='rating', splits=splits)
+        w = stop - start if stop is not None else -start
+        want = []
+        for i in np.concatenate(splits):
+            cut = genres[i][start:stop]
+            want.append(cut + [pad] * (w - len(cut)))
+        got = [[None if pd.isna(v) else v for v in g] for g in lists(to.items['genres'])]
+        assert got == want and any(pad in g for g in want), (start, stop)
+    to = TabularGPU(df, procs=[ListSlice('item_id_last5_user_id', 0, 4, pad=True, pad_value=0),
+                               History('item_id', 'user_id', 'timestamp'), Categorify],
+                    cat_names=['user_id', 'item_id'], cont_names=['timestamp'], y_names='rating', splits=splits)
+    loop = loop_history(framed(df, splits), ['user_id'], 'timestamp', 'item_id', 5)
+    assert lists(to.items['item_id_last5_user_id']) == [h[:4] + [0] * (4 - len(h[:4])) for h in loop]
+    before = df.copy()
+    with pytest.raises(TypeError, match=r"ListSlice: column 'genres' holds str elements, and pad_value=0"):
+        TabularGPU(df, procs=[ListSlice('genres', 0, 2, pad=True, pad_value=0), Categorify], cat_names=['genres'],
+                   y_names='rating')
+    for kw in (dict(start=0), dict(start=2, stop=-1), dict(start=3, stop=3)):
+        with pytest.raises(ValueError, match=r"ListSlice\(pad=True\) needs a fixed length"):
+            ListSlice('genres', pad=True, **kw)
+    for v in (True, [0], np.nan):
+        with pytest.raises(ValueError, match=r"ListSlice\(pad_value=...\) must be"):
+            ListSlice('genres', 0, 2, pad=True, pad_value=v)
+    with pytest.raises(ValueError, match=r"ListSlice\(pad=...\) must be True or False"): ListSlice('genres', 0, 2, 1)
+    pd.testing.assert_frame_equal(df, before)

@@ -395,9 +395,10 @@ def _bound(i, lens, default, xp):
     if i is None: return default
     return xp.clip(lens + i if i < 0 else xp.full_like(lens, i), 0, lens)
 
-def sliced_lists(col:Column, start:int|None, stop:int|None) -> Column:
-    """Each list of the list column `col` as `lst[start:stop]`, on its backend and index. A missing list is the list of
-    one missing element (as Categorify counts it)."""
+def sliced_lists(col:Column, start:int|None, stop:int|None, width:int|None=None, pad_value=None) -> Column:
+    """Each list of the list column `col` as `lst[start:stop]`, on its backend and index, then (given `width`) padded
+    to `width` elements with `pad_value` at its end. A missing list is the list of one missing element (as Categorify
+    counts it)."""
     elems, lens = explode_lists(col)
     xp = array_module(lens)
     a, b = _bound(start, lens, xp.zeros_like(lens), xp), _bound(stop, lens, lens, xp)
@@ -407,18 +408,57 @@ def sliced_lists(col:Column, start:int|None, stop:int|None) -> Column:
     pos = i - (ends - lens)[row]
     keep = (pos >= a[row]) & (pos < b[row])
     vals = to_host(elems).to_numpy()[to_host(keep)]
-    return lists_like(col, vals, to_host(xp.maximum(b - a, 0)), name=col.name)
+    lens = to_host(xp.maximum(b - a, 0))
+    if width is None: return lists_like(col, vals, lens, name=col.name)
+    _check_pad(vals, pad_value, col.name)
+    # each row's elements at the start of its `width` slots, the pad after them
+    out = np.full(len(lens) * width, pad_value, dtype=object if pad_value is None or vals.dtype.kind not in 'iuf'
+                  else np.result_type(vals.dtype, np.asarray(pad_value).dtype))
+    row = np.repeat(np.arange(len(lens)), lens)
+    out[row * width + np.arange(len(vals)) - np.repeat(np.cumsum(lens) - lens, lens)] = vals
+    return lists_like(col, out, np.full(len(lens), width), name=col.name)
+
+def _check_pad(vals:np.ndarray, pad_value, name):
+    "A TypeError naming the column and `pad_value` unless the pad is of its elements' kind (a number or a string)."
+    if pad_value is None: return
+    first = next((v for v in vals[:1000] if not pd.isna(v)), None)
+    if first is None: return
+    num = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
+    if num(first) != num(pad_value) or isinstance(first, str) != isinstance(pad_value, str):
+        raise TypeError(f"ListSlice: column {name!r} holds {type(first).__name__} elements, and "
+                        f"pad_value={pad_value!r} is not one of them: give a pad of the elements' kind (or None, a "
+                        "missing element)")
+
+def pad_width(start:int|None, stop:int|None) -> int:
+    "The fixed length of `lst[start:stop]` padded, or a ValueError where it depends on each list's length."
+    a = 0 if start is None else start
+    if stop is None and a < 0: w = -a
+    elif stop is not None and (a >= 0) == (stop >= 0): w = stop - a
+    else: w = 0
+    if w <= 0: raise ValueError(f"ListSlice(pad=True) needs a fixed length: [start:stop] = [{start}:{stop}] has none; "
+                                "give both bounds of one sign (ListSlice(c, 0, 10): the first 10) or a negative start "
+                                "alone (ListSlice(c, -10): the last 10)")
+    return w
 
 class ListSlice(TabularProc):
     """Each list of the multi-hot columns `names` cut to `lst[start:stop]`, as Python slices a list (NVTabular's
-    `ListSlice`): `ListSlice(names, 0, 3)` keeps the first 3 elements, `ListSlice(names, -3)` the last 3. In place,
-    after `History` (`order` -3) and before Categorify, which then learns its vocabulary from the cut lists."""
+    `ListSlice`): `ListSlice(names, 0, 3)` keeps the first 3 elements, `ListSlice(names, -3)` the last 3 (but
+    `ListSlice(names, 3)` drops the first 3, where NVTabular's one-argument `ListSlice(3)` keeps them). With `pad`, each
+    is padded at its end to the slice's fixed length with `pad_value` (None: a missing element, Categorify's '#na#').
+    In place, after `History` (`order` -3) and before Categorify, which then learns its vocabulary from the cut
+    lists."""
     order = -3
-    def __init__(self, names:str|list, start:int|None=0, stop:int|None=None):
+    def __init__(self, names:str|list, start:int|None=0, stop:int|None=None, pad:bool=False, pad_value=None):
         for k,v in (('start', start), ('stop', stop)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
                 raise ValueError(f"ListSlice({k}=...) must be an integer or None, got {v!r}")
-        self.names, self.start, self.stop = _names(names), start, stop
+        if not isinstance(pad, bool): raise ValueError(f"ListSlice(pad=...) must be True or False, got {pad!r}")
+        if pad_value is not None and (isinstance(pad_value, bool) or not isinstance(pad_value, (str, numbers.Real))
+                                      or pad_value != pad_value):
+            raise ValueError(f"ListSlice(pad_value=...) must be a number, a string or None, got {pad_value!r}")
+        self.width = pad_width(start, stop) if pad else None
+        self.names, self.start, self.stop, self.pad = _names(names), start, stop, pad
+        self.pad_value = pad_value.item() if isinstance(pad_value, np.generic) else pad_value
         super().__init__()
 
     def check_columns(self, to:Tabular):
@@ -431,5 +471,5 @@ class ListSlice(TabularProc):
 
     def encodes(self, to:Tabular):
         self.check_columns(to)
-        for n in self.names: to[n] = sliced_lists(to.items[n], self.start, self.stop)
+        for n in self.names: to[n] = sliced_lists(to.items[n], self.start, self.stop, self.width, self.pad_value)
         return to

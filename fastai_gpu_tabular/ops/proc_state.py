@@ -284,8 +284,10 @@ def _history_restore(cls):
         return p
     return restore
 
-def _slice_state(p) -> dict: return {'names': p.names, 'start': p.start, 'stop': p.stop}
-def _slice_restore(s): return ListSlice(s['names'], s['start'], s['stop'])
+def _slice_state(p) -> dict:
+    pad = {'pad': True, 'pad_value': p.pad_value} if p.pad else {}   # none in a Tabular saved before padding
+    return {'names': p.names, 'start': p.start, 'stop': p.stop, **pad}
+def _slice_restore(s): return ListSlice(s['names'], s['start'], s['stop'], s.get('pad', False), s.get('pad_value'))
 
 def _bucketize_state(p) -> dict:
     _need(p, 'bins')

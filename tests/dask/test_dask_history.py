@@ -53,7 +53,8 @@ def history_procs():
             Categorify, FillMissing, Normalize]
 
 def row_procs(movies):
-    return lambda: [JoinExternal(movies, 'item_id'), ListSlice('genres', -2), Clip('age', 10, 60), LogOp('ratings'),
+    return lambda: [JoinExternal(movies, 'item_id'), ListSlice('genres', -2, pad=True, pad_value='-'),
+                    Clip('age', 10, 60), LogOp('ratings'),
                     NormalizeMinMax(['age', 'timestamp']), Bucketize('age', q=4),
                     Bucketize('timestamp', boundaries=[0.3, 0.6]), Categorify, FillMissing, Normalize]
 
