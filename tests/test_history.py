@@ -10,7 +10,7 @@ from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitte
 from fastai_gpu_tabular.all import DifferenceLag, History, ListSlice, TabularGPU
 from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
-from fastai_gpu_tabular.ops.history import event_values
+from fastai_gpu_tabular.ops.history import event_values, lag_name
 
 @pytest.fixture(scope='module')
 def ratings():
@@ -233,3 +233,105 @@ def test_the_chapters_blocks(tmp_path, monkeypatch):
     got = to.items['year'] * to.stds['year'] + to.means['year']   # Normalize undone: within 4 u of the year's 2000
     np.testing.assert_allclose(got[~np.isnan(years)], np.clip(years[~np.isnan(years)], 1950, None), rtol=0,
                                atol=4 * np.finfo('f8').eps * 2000)
+
+def test_shifts_are_pandas_diff(ratings, as_backend):
+    """`shift` k (a list: a column each): pandas' `groupby(...).diff(k)` after the sort, back (k > 0) and ahead (k < 0);
+    a later frame follows the training frame by each key's last max(k) events, and its rows' next events are its own."""
+    df, splits = ratings
+    shifts = [1, 3, -1, -2]
+    dl = DifferenceLag('user_id', 'timestamp', names=['timestamp', 'age'], shift=shifts)
+    tags = ('lag', 'lag3', 'lead1', 'lead2')
+    assert dl.made_names == [f'{n}_{t}_user_id' for n in ('timestamp', 'age') for t in tags]
+    kw = dict(cat_names=['user_id'], cont_names=['timestamp', 'age'], y_names='rating')
+    to = TabularGPU(as_backend(df), procs=[dl, Categorify], splits=splits, **kw)
+    frame, got = framed(df, splits), to_pandas(to.items)
+    s = frame.sort_values(['user_id', 'timestamp', '_pos'])
+    for n in ('timestamp', 'age'):
+        for k in shifts:
+            want = s.groupby('user_id')[n].diff(k).sort_index().to_numpy('f8')
+            assert np.isnan(want).any() and (want != 0).any()
+            np.testing.assert_array_equal(got[lag_name(n, k, ['user_id'])].to_numpy(), want, err_msg=f'{n} {k}')
+    # a later frame: back, as if it followed the training rows; ahead, within its own rows
+    cut = df.timestamp.quantile(0.7)
+    old, later = df[df.timestamp < cut], df[df.timestamp >= cut]
+    dl = DifferenceLag('user_id', 'timestamp', shift=shifts)
+    to = TabularGPU(as_backend(old), procs=[dl, Categorify], **kw)
+    assert dl.last.groupby('user_id').size().max() == 3   # the largest shift back
+    new = to.new(as_backend(later))
+    new.process()
+    got = to_pandas(new.items)
+    both = pd.concat([old, later]).reset_index(drop=True).assign(_pos=lambda d: np.arange(len(d)))
+    own = later.reset_index(drop=True).assign(_pos=lambda d: np.arange(len(d)))
+    for k in shifts:
+        f = both if k > 0 else own
+        s = f.sort_values(['user_id', 'timestamp', '_pos'])
+        want = s.groupby('user_id')['timestamp'].diff(k).sort_index().to_numpy('f8')[-len(later):]
+        np.testing.assert_array_equal(got[lag_name('timestamp', k, ['user_id'])].to_numpy(), want, err_msg=str(k))
+
+def test_bad_shifts_name_the_option():
+    for shift in (0, 1.5, True, [], [1, 1], [2, 0], '1'):
+        with pytest.raises(ValueError, match=r"DifferenceLag\(shift=...\) must be a nonzero integer"):
+            DifferenceLag('user_id', 'timestamp', shift=shift)
+
+def test_a_late_event_gets_nan_not_an_error(ratings):
+    """A later row earlier than its user's last learned rating (a late event) gets a NaN lag, which FillMissing fills
+    and flags, so that LogOp of the lag (the chapter's recipe) does not refuse the batch; it is in no one's history,
+    and the other rows get what they get without it, through `new`, `test_dl` and `predict`."""
+    from fastai_gpu_tabular.all import LogOp, tabular_learner
+    df, _ = ratings
+    cut = df.timestamp.quantile(0.7)
+    old, later = df[df.timestamp < cut], df[df.timestamp >= cut].iloc[:500].reset_index(drop=True)
+    seen = later.user_id.isin(old.user_id)
+    user = later.user_id[seen].iloc[0]
+    assert (later.user_id == user).sum() > 1   # the user's later rows follow it
+    late = later[later.user_id == user].iloc[[0]].assign(timestamp=old.timestamp[old.user_id == user].max() - 1)
+    rows = pd.concat([later.iloc[:250], late, later.iloc[250:]], ignore_index=True)   # the late row at 250
+    lag = 'timestamp_lag_user_id'
+    to = TabularGPU(old, procs=[DifferenceLag('user_id', 'timestamp'), LogOp(lag), Categorify, FillMissing],
+                    cat_names=['user_id'], cont_names=['timestamp'], y_names='rating')
+    learn = tabular_learner(to.dataloaders(bs=256), layers=[4])
+    def processed(frame):
+        t = to.new(frame)
+        t.process()
+        return to_pandas(t.items)
+    got, ref = processed(rows), processed(later)
+    assert got[f'{lag}_na'].iloc[250] and got[lag].iloc[250] == to.na_dict[lag]
+    pd.testing.assert_frame_equal(got.drop(index=250).reset_index(drop=True), ref)
+    x_cat, x_cont = learn.dls.test_dl(rows.drop(columns='rating'), bs=len(rows)).one_batch()[:2]
+    assert x_cont.shape[0] == len(rows)
+    np.testing.assert_array_equal(x_cont[250].numpy(), np.float32([late.timestamp.iloc[0], to.na_dict[lag]]))
+    learn.predict(late.iloc[0].drop('rating'))   # a row alone: no error
+
+def test_list_slice_pads_to_a_fixed_length(ratings, as_backend):
+    """`pad=True`: Python's slice, then `pad_value` (None: a missing element) at its end up to the slice's length: the
+    genres' first 2 and last 3, the last 5 movies' latest 4; a pad of the wrong kind, a slice of no fixed length:
+    errors."""
+    df, splits = ratings
+    genres = [list(g) for g in df['genres']]
+    for start,stop,pad in ((0, 2, '<pad>'), (-3, None, None), (1, 3, 'x')):
+        to = TabularGPU(as_backend(df), procs=[ListSlice('genres', start, stop, pad=True, pad_value=pad), Categorify],
+                        cat_names=['genres'], y_names='rating', splits=splits)
+        w = stop - start if stop is not None else -start
+        want = []
+        for i in np.concatenate(splits):
+            cut = genres[i][start:stop]
+            want.append(cut + [pad] * (w - len(cut)))
+        got = [[None if pd.isna(v) else v for v in g] for g in lists(to.items['genres'])]
+        assert got == want and any(pad in g for g in want), (start, stop)
+    to = TabularGPU(df, procs=[ListSlice('item_id_last5_user_id', 0, 4, pad=True, pad_value=0),
+                               History('item_id', 'user_id', 'timestamp'), Categorify],
+                    cat_names=['user_id', 'item_id'], cont_names=['timestamp'], y_names='rating', splits=splits)
+    loop = loop_history(framed(df, splits), ['user_id'], 'timestamp', 'item_id', 5)
+    assert lists(to.items['item_id_last5_user_id']) == [h[:4] + [0] * (4 - len(h[:4])) for h in loop]
+    before = df.copy()
+    with pytest.raises(TypeError, match=r"ListSlice: column 'genres' holds str elements, and pad_value=0"):
+        TabularGPU(df, procs=[ListSlice('genres', 0, 2, pad=True, pad_value=0), Categorify], cat_names=['genres'],
+                   y_names='rating')
+    for kw in (dict(start=0), dict(start=2, stop=-1), dict(start=3, stop=3)):
+        with pytest.raises(ValueError, match=r"ListSlice\(pad=True\) needs a fixed length"):
+            ListSlice('genres', pad=True, **kw)
+    for v in (True, [0], np.nan):
+        with pytest.raises(ValueError, match=r"ListSlice\(pad_value=...\) must be"):
+            ListSlice('genres', 0, 2, pad=True, pad_value=v)
+    with pytest.raises(ValueError, match=r"ListSlice\(pad=...\) must be True or False"): ListSlice('genres', 0, 2, 1)
+    pd.testing.assert_frame_equal(df, before)

@@ -1,11 +1,12 @@
-"""`Bucketize`, `LogOp` and `Clip` against NumPy and pandas on the flights and MovieLens: `np.digitize` for given
-boundaries, `pd.qcut` for the training rows' quantiles (and `pd.cut` on its edges, open at both ends, for later rows),
-`np.log1p`, `Series.clip`; missing values kept missing, errors naming the column, the caller's frame left alone."""
+"""`Bucketize`, `LogOp`, `Clip` and `NormalizeMinMax` against NumPy and pandas on the flights and MovieLens:
+`np.digitize` for given boundaries, `pd.qcut` for the training rows' quantiles (and `pd.cut` on its edges, open at both
+ends, for later rows), `np.log1p`, `Series.clip`, NumPy's `nanmin`/`nanmax`; missing values kept missing, errors
+naming the column, the caller's frame left alone."""
 import numpy as np
 import pandas as pd
 import pytest
 from fastai.tabular.all import Categorify, FillMissing
-from fastai_gpu_tabular.all import Bucketize, Clip, LogOp, TabularGPU
+from fastai_gpu_tabular.all import Bucketize, Clip, LogOp, NormalizeMinMax, TabularGPU
 from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_flights
 
@@ -72,12 +73,12 @@ def test_log_and_clip_are_numpys(flights, as_backend):
 def test_errors_name_the_column(flights):
     "A negative value for LogOp (at set-up and in a later frame), a cat column, bad bounds: errors, the frame intact."
     before = flights.copy()
-    with pytest.raises(ValueError, match=r"LogOp: column 'dep_delay' holds \d+ negative value\(s\), e.g. -\d+\.0"):
+    with pytest.raises(ValueError, match=r"LogOp: column 'dep_delay' holds \d+ value\(s\) <= -1, e.g. -\d+\.0"):
         TabularGPU(flights, procs=[LogOp('dep_delay'), FillMissing], splits=SPLITS, **KW)
     to = TabularGPU(flights, procs=[LogOp('distance'), FillMissing], splits=SPLITS, **KW)
-    with pytest.raises(ValueError, match=r"LogOp: column 'distance' holds 1 negative"):
-        to.new(flights.iloc[:3].assign(distance=[1, -2, 3])).process()
-    for p in (LogOp('carrier'), Clip('carrier', 0), Bucketize('carrier', q=4)):
+    with pytest.raises(ValueError, match=r"LogOp: column 'distance' holds 1 value\(s\) <= -1, e.g. -1\.0"):
+        to.new(flights.iloc[:3].assign(distance=[1, -1, -0.5])).process()
+    for p in (LogOp('carrier'), Clip('carrier', 0), Bucketize('carrier', q=4), NormalizeMinMax('carrier')):
         with pytest.raises(TypeError, match=r"takes numbers: column\(s\) \['carrier'\]"):
             TabularGPU(flights, procs=[p, FillMissing], splits=SPLITS, **KW)
     with pytest.raises(KeyError, match=r"Bucketize: column\(s\) \['dep'\] are not in the frame"):
@@ -88,4 +89,51 @@ def test_errors_name_the_column(flights):
         with pytest.raises(ValueError, match=msg): Bucketize('distance', **kw)
     with pytest.raises(ValueError, match='above max_value'): Clip('distance', 5, 1)
     with pytest.raises(ValueError, match='needs min_value or max_value'): Clip('distance')
+    pd.testing.assert_frame_equal(flights, before)
+
+def test_log_of_values_above_minus_one(as_backend):
+    "log1p is defined above -1: values in (-1, 0) are NumPy's log1p of them (negative)."
+    x = np.array([-1 + np.finfo('f8').eps, -0.5, -1e-300, 0, 0.25, 3e9])
+    df = pd.DataFrame({'x': x, 'y': np.arange(len(x)) % 2})
+    to = TabularGPU(as_backend(df), procs=[LogOp('x')], cont_names=['x'], y_names='y')
+    np.testing.assert_array_equal(to_pandas(to.items)['x'].to_numpy(), np.log1p(x))
+
+def test_normalize_min_max_is_numpys(flights, as_backend):
+    """`(x - nanmin) / (nanmax - nanmin)` of the training rows (NumPy's, in float64) for every row and a later frame,
+    after LogOp listed before it; NaN passes to FillMissing, which fills it from the scaled values; a constant column
+    gives 0 for its training rows and a later value its distance from the constant."""
+    df = flights.assign(one=7)
+    nm = NormalizeMinMax(['dep_delay', 'distance', 'one'])
+    to = TabularGPU(as_backend(df), procs=[LogOp('distance'), nm, FillMissing], splits=SPLITS,
+                    cat_names=['carrier'], cont_names=['distance', 'dep_delay', 'one'], y_names='hour')
+    later = df.iloc[N_TRAIN:].assign(one=[7, 9] * 5000)
+    new = to.new(as_backend(later))
+    new.process()
+    for n,f in (('dep_delay', np.asarray), ('distance', np.log1p), ('one', np.asarray)):
+        x = f(df[n].to_numpy('f8'))
+        lo, hi = np.nanmin(x[:N_TRAIN]), np.nanmax(x[:N_TRAIN])
+        assert (nm.mins[n], nm.maxs[n]) == (lo, hi) and type(nm.mins[n]) is float
+        want = (x - lo) / (hi - lo if hi > lo else 1)
+        if n == 'dep_delay':
+            assert np.isnan(want).sum() > 0 and (np.nanmin(want[:N_TRAIN]), np.nanmax(want[:N_TRAIN])) == (0, 1)
+            assert to.na_dict[n] == np.nanmedian(want[:N_TRAIN])
+            want = np.where(np.isnan(want), to.na_dict[n], want)
+        np.testing.assert_array_equal(to_pandas(to.items)[n].to_numpy(), want, err_msg=n)
+        y = f(later[n].to_numpy('f8'))
+        want = (y - lo) / (hi - lo if hi > lo else 1)
+        np.testing.assert_array_equal(to_pandas(new.items)[n].to_numpy(), np.where(np.isnan(want), to.na_dict.get(n),
+                                                                                 want), err_msg=n)
+    assert set(to_pandas(new.items)['one']) == {0, 2}
+
+def test_normalize_min_max_errors(flights):
+    "No training value, an infinite one, an empty frame, a missing column: errors naming it; the frame intact."
+    before = flights.copy()
+    kw = dict(cat_names=['carrier'], cont_names=['distance', 'x'], y_names='hour')
+    for x,msg in ((np.nan, r"column 'x' has no value in the training rows"), (np.inf, r"hold \+-inf: 'x'")):
+        df = flights.assign(x=np.where(flights.index % 2, x, 1.0) if x == np.inf else x)
+        with pytest.raises(ValueError, match=msg): TabularGPU(df, procs=[NormalizeMinMax('x'), FillMissing], **kw)
+    with pytest.raises(ValueError, match=r"empty"):   # the house check, before any proc
+        TabularGPU(flights.iloc[:0].assign(x=1.0), procs=[NormalizeMinMax('x')], **kw)
+    with pytest.raises(KeyError, match=r"NormalizeMinMax: column\(s\) \['dep'\] are not in the frame"):
+        TabularGPU(flights, procs=[NormalizeMinMax('dep'), FillMissing], splits=SPLITS, **KW)
     pd.testing.assert_frame_equal(flights, before)

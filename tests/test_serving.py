@@ -24,6 +24,7 @@ from fastai_gpu_tabular.all import (
     JoinExternal,
     JoinGroupby,
     LogOp,
+    NormalizeMinMax,
     TabularGPU,
     TargetEncode,
     export_onnx,
@@ -37,7 +38,7 @@ N, N_TRAIN = 4000, 3000   # the first rows train, the rest validate
 KINDS = ('float64', 'float32', 'int', 'bool', 'str')
 FLOATS = ('float64', 'float32')
 Y = 'interest_rate'
-NUMBERS = ('float64', 'float32', 'int')   # the kinds LogOp, Clip and Bucketize take
+NUMBERS = ('float64', 'float32', 'int')   # the kinds LogOp, Clip, NormalizeMinMax and Bucketize take
 CAT_ROLES = ('cat', 'buckets', 'hash', 'cross', 'te', 'jg', 'joinkey')   # each kind's cat columns, a proc each
 
 @pytest.fixture(scope='module')
@@ -56,7 +57,7 @@ def _frame(loans):
         v = _kind(loans, k)
         cols.update({f'{r}_{k}': v for r in CAT_ROLES})
         if k != 'str': cols.update({f'cont_{k}': v, f'jgx_{k}': v})
-        if k in NUMBERS: cols.update({f'{r}_{k}': v for r in ('log', 'clip', 'bucket')})
+        if k in NUMBERS: cols.update({f'{r}_{k}': v for r in ('log', 'clip', 'minmax', 'bucket')})
     return pd.DataFrame(cols).assign(is_valid=np.arange(N) >= N_TRAIN)
 
 def _table(df, k):
@@ -80,11 +81,12 @@ def _tabular_kw(which, df):
                        JoinGroupby('grade', [f'jgx_{k}' for k in numbers]),
                        *(JoinExternal(_table(df, k), f'joinkey_{k}') for k in kinds),
                        Clip([f'clip_{k}' for k in floats], 5, 30), LogOp([f'log_{k}' for k in floats]),
+                       NormalizeMinMax([f'minmax_{k}' for k in floats]),
                        Bucketize([f'bucket_{k}' for k in floats], q=5),
                        Categorify(num_buckets={f'buckets_{k}': 8 for k in kinds}), FillMissing, Normalize],
                 cat_names=[f'{r}_{k}' for k in kinds for r in CAT_ROLES] + ['grade'],
                 cont_names=['installment', *(f'{r}_{k}' for r in ('cont', 'jgx') for k in numbers),
-                            *(f'{r}_{k}' for r in ('log', 'clip', 'bucket') for k in floats)], y_names=Y)
+                            *(f'{r}_{k}' for r in ('log', 'clip', 'minmax', 'bucket') for k in floats)], y_names=Y)
 
 OUTPUTS = {  # proc: the columns of kind k it makes or encodes
     'Categorify': lambda k: [f'cat_{k}'], 'Categorify(num_buckets)': lambda k: [f'buckets_{k}'],
@@ -94,7 +96,8 @@ OUTPUTS = {  # proc: the columns of kind k it makes or encodes
     'JoinGroupby': lambda k: [f'{c}_{s}' for c in (f'jg_{k}_installment', f'grade_jgx_{k}') for s in ('count', 'mean',
                                                                                                     'std')],
     'JoinExternal': lambda k: [f'joinkey_{k}_num', f'joinkey_{k}_cat'], 'LogOp': lambda k: [f'log_{k}'],
-    'Clip': lambda k: [f'clip_{k}'], 'Bucketize': lambda k: [f'bucket_{k}_bucket', f'bucket_{k}']}
+    'Clip': lambda k: [f'clip_{k}'], 'NormalizeMinMax': lambda k: [f'minmax_{k}'],
+    'Bucketize': lambda k: [f'bucket_{k}_bucket', f'bucket_{k}']}
 PATHS = ['new', 'test_dl', 'predict', 'onnx', 'saved', 'load_learner']   # on Dask: 'new' and 'new_dask'
 PREDICT = [154, 2, 3429, 3500]   # predict's rows: training and validation rows, with NaN and without
 
@@ -104,7 +107,7 @@ def _cases():
     for p in OUTPUTS:
         for k in KINDS:
             if p in ('FillMissing', 'Normalize') and k == 'str': continue
-            if p in ('LogOp', 'Clip', 'Bucketize') and k not in NUMBERS: continue
+            if p in ('LogOp', 'Clip', 'NormalizeMinMax', 'Bucketize') and k not in NUMBERS: continue
             res += [(p, k, 'all', rm, path) for rm in (True, False) for path in PATHS]
             if k in FLOATS: res += [(p, k, 'dask', True, path) for path in ('new', 'new_dask')]
             if k in FLOATS and p in ('FillMissing', 'Normalize'): res += [(p, k, 'floats', True, q) for q in PATHS]
@@ -322,9 +325,11 @@ def test_a_later_column_of_another_kind_warns(loans):
 HISTORY_PATHS = ['new', 'test_dl', 'predict', 'saved', 'load_learner', 'new_dask', 'dask']
 
 def _history_procs():
-    "Each key's history: lags by one and by two columns, the last 3 movies and their lags, cut to the latest 2."
+    """Each key's history: lags by one and by two columns (by one: 1 and 2 back; one ahead would differ in training,
+    where the training rows' last events get the later frame's first as their next), the last 3 movies and their
+    lags, cut to the latest 2."""
     from fastai_gpu_tabular.all import DifferenceLag, History, ListSlice
-    return [DifferenceLag('user_id', 'timestamp'), DifferenceLag(['occupation', 'gender'], 'timestamp'),
+    return [DifferenceLag('user_id', 'timestamp', shift=[1, 2]), DifferenceLag(['occupation', 'gender'], 'timestamp'),
             History('item_id', 'user_id', 'timestamp', n=3, lags=True), ListSlice('item_id_last3_user_id', 0, 2),
             Categorify, FillMissing, Normalize]
 

@@ -18,7 +18,7 @@ STAR = ['AUC', 'BatchDataLoader', 'BatchDataLoaders', 'Categorify', 'Distributed
         'scale_wd', 'tabular_learner', 'to_pandas', 'to_tf', 'torch_optimizer_lamb', 'use_rmm_for_torch', 'warmup_pct']
 # a key's history, side tables and numbers' procs (history.py, joins.py, numeric.py), importance.py's
 STAR = sorted(STAR + ['Bucketize', 'Clip', 'DifferenceLag', 'History', 'JoinExternal', 'ListSlice', 'LogOp',
-                      'permutation_importance', 'plot_importance'])
+                      'NormalizeMinMax', 'permutation_importance', 'plot_importance'])
 
 def star_names() -> set:
     ns = {}

@@ -1,7 +1,8 @@
 """The procs that make a row's columns from that row alone, on a Dask-backed Tabular: `JoinExternal` (its table goes to
-every partition: a broadcast join), `Bucketize`, `LogOp`, `Clip` and `ListSlice`, each a partition at a time through
-its in-memory encodes, lazily, so the values are the in-memory ones. `Bucketize` learns the quantiles of the training
-rows from their values on the host: the held training conts (`DaskScan.train`), else one pass that brings them."""
+every partition: a broadcast join), `Bucketize`, `LogOp`, `Clip`, `NormalizeMinMax` and `ListSlice`, each a partition
+at a time through its in-memory encodes, lazily, so the values are the in-memory ones. `Bucketize` learns the quantiles
+of the training rows, `NormalizeMinMax` their min and max, from their values on the host: the held training conts
+(`DaskScan.train`), else one pass that brings them."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,7 +15,7 @@ from ..checks import check_new_columns
 from ..core import TabularGPU
 from ..ops.history import ListSlice
 from ..ops.joins import JoinExternal
-from ..ops.numeric import Bucketize, Clip, LogOp, inner_bins, qcut_bins
+from ..ops.numeric import Bucketize, Clip, LogOp, NormalizeMinMax, inner_bins, min_max, qcut_bins
 from ..ops.procs import register_proc
 from .scan import ColumnValues, ContFacts
 from .shipping import ship, unshipped
@@ -51,7 +52,8 @@ def _rows_encodes(self, to):
     meta = apply_part(src._meta, self, names, made)
     out = src.map_partitions(apply_part, ship(self, to), names, made, meta=meta)
     to.items = replace_columns(to.items, out, made)
-    scan = _rewritten_conts(self, to.scan) if isinstance(self, (LogOp, Clip)) else to.scan.rewritten(made)
+    in_place = isinstance(self, (LogOp, Clip, NormalizeMinMax))
+    scan = _rewritten_conts(self, to.scan) if in_place else to.scan.rewritten(made)
     if isinstance(self, JoinExternal): scan = dataclasses.replace(scan, values={**scan.values,
                                                                                 **_joined_values(self, scan)})
     to.scan = scan
@@ -62,9 +64,9 @@ def _rows_encodes(self, to):
     return to
 
 def _rewritten_conts(proc, scan):
-    """The scan's facts after LogOp or Clip rewrote conts: their missing values stay as they were; the median's samples
-    and the held training values (`DaskScan.train`) go through the same `rewrite` (log1p and clip keep the samples'
-    order), so FillMissing and Normalize need no pass for them."""
+    """The scan's facts after LogOp, Clip or NormalizeMinMax rewrote conts: their missing values stay as they were; the
+    median's samples and the held training values (`DaskScan.train`) go through the same `rewrite` (each keeps the
+    samples' order), so FillMissing and Normalize need no pass for them."""
     conts, train = dict(scan.conts), scan.train
     host = lambda n, v: proc.rewrite(pd.Series(v, name=n), n).astype('f8')
     for n in proc.names:
@@ -107,7 +109,22 @@ def _bucketize_setups(self, to):
     else: vals = to_host(compute(to.train.cols(self.names))[0])
     self.bins = {n: inner_bins(qcut_bins(vals[n].astype('float64'), self.q)) for n in self.names}
 
+def _training_values(to, names:list) -> pd.DataFrame:
+    "The training rows' columns `names`: the held training conts, else brought in one pass."
+    held = to.scan.train
+    if held is not None and all(n in held.columns for n in names): return held[names]
+    return to_host(compute(to.train.cols(names))[0])
+
+def _minmax_setups(self, to):
+    "The training rows' min and max (exact, as in memory): from the held training conts, else one pass."
+    self.check_columns(to)
+    vals = _training_values(to, self.names)
+    self.mins, self.maxs = min_max({n: vals[n] for n in self.names}, len(vals))
+
 def register_dask_rows(cls:type) -> None:
-    "Make JoinExternal, Bucketize, LogOp, Clip and ListSlice encode `cls` frames (Dask) a partition at a time."
-    for proc in (JoinExternal, Bucketize, LogOp, Clip, ListSlice): register_proc(proc, 'encodes', _rows_encodes, cls)
+    """Make JoinExternal, Bucketize, LogOp, Clip, NormalizeMinMax and ListSlice encode `cls` frames (Dask) a partition
+    at a time."""
+    for proc in (JoinExternal, Bucketize, LogOp, Clip, NormalizeMinMax, ListSlice):
+        register_proc(proc, 'encodes', _rows_encodes, cls)
     register_proc(Bucketize, 'setups', _bucketize_setups, cls)
+    register_proc(NormalizeMinMax, 'setups', _minmax_setups, cls)

@@ -44,7 +44,7 @@ from ..data import BatchDataLoaders
 from ..ops.hashing import HashBucket, HashedCross
 from ..ops.history import DifferenceLag, History, ListSlice
 from ..ops.joins import JoinExternal
-from ..ops.numeric import Bucketize, Clip, LogOp
+from ..ops.numeric import Bucketize, Clip, LogOp, NormalizeMinMax
 from ..prepare import multi_hot_columns, prepare_names, set_procs
 from ..progress import dask_progress
 from ..rows.chunks import PackedChunks, RowBlocks, part_name
@@ -81,7 +81,7 @@ _TRAIN_CONTS_BYTES = 512 << 20
 
 _PROCS = (fatc.Categorify, FillMissing, Normalize, Categorize, RegressionSetup, EncodedMultiCategorize, HashBucket,
           HashedCross, TargetEncode, JoinGroupby, DifferenceLag, History, ListSlice, JoinExternal, Bucketize, LogOp,
-          Clip)
+          Clip, NormalizeMinMax)
 
 def _split_spec(splits, columns) -> tuple:
     "`(column, on)` of a split given as a column name or fastai's `ColSplitter(col, on)`; `(None, None)` for no split."

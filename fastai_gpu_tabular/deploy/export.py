@@ -25,7 +25,7 @@ from ..ops.groupby import JoinGroupby
 from ..ops.hashing import HashBucket, HashedCross, host_input, host_sources, host_specs
 from ..ops.history import DifferenceLag, History, ListSlice
 from ..ops.joins import JoinExternal
-from ..ops.numeric import Bucketize, Clip, LogOp
+from ..ops.numeric import Bucketize, Clip, LogOp, NormalizeMinMax
 from ..ops.procs import buckets_of, operand_dtype, vocab_values
 from ..ops.target import TargetEncode
 from ..rows.pack import cat_widths
@@ -93,7 +93,8 @@ def export_model(learn:Learner, path:str|Path|None=None, batch:tuple|None=None):
 # The procs `export_onnx` puts in the graph (the hashes: on the host, see `onnx_inputs`), by class (subclasses too):
 # the kind `_procs` files each under. A Tabular holds one proc of each kind, or a list of the kinds in `_MANY`.
 ONNX_PROCS = {fatc.Categorify: 'cat', FillMissing: 'fill', Normalize: 'norm', HashBucket: 'hash', HashedCross: 'hash',
-              TargetEncode: 'te', JoinGroupby: 'jg', JoinExternal: 'join', Bucketize: 'num', LogOp: 'num', Clip: 'num'}
+              TargetEncode: 'te', JoinGroupby: 'jg', JoinExternal: 'join', Bucketize: 'num', LogOp: 'num', Clip: 'num',
+              NormalizeMinMax: 'num'}
 _MANY = ('hash', 'te', 'jg', 'join', 'num')
 # the procs whose columns come from the rows before each row (a key's history): a graph of independent rows has none
 HISTORY_PROCS = (DifferenceLag, History, ListSlice)
@@ -355,6 +356,13 @@ def _numbers(g, to, cols) -> tuple:
                 for v,op in ((p.min_value, 'Less'), (p.max_value, 'Greater')):
                     if v is not None: x = g.op('Where', g.op(op, x, g.const(dt.type(v))), g.const(dt.type(v)), x)
                 cur[n] = x, dt
+        elif isinstance(p, NormalizeMinMax):   # (x - min) / range in float64, as the frame computes it
+            for n in p.names:
+                x, dt = value(n)
+                x = x if dt == np.float64 else g.op('Cast', x, to=T.DOUBLE)
+                lo, hi = p.mins[n], p.maxs[n]
+                x = g.op('Div', g.op('Sub', x, g.const(np.float64(lo))), g.const(np.float64((hi - lo) or 1.0)))
+                cur[n] = x, np.dtype('float64')
         elif isinstance(p, Bucketize):
             buckets.update({c: _bucket(g, *value(n), p.bins[n], p.closed_right) for n,c in zip(p.names, p.made_names)})
     return cur, buckets
@@ -442,8 +450,8 @@ def export_onnx(learn:Learner, path:str|Path, list_sep:str='|', procs:bool=True,
     FillMissing -> IsNaN/Where and the `_na` flag; Normalize -> Sub/Div; TargetEncode -> LabelEncoder to doubles, the
     missing category's value for a missing input, the target's mean for an unseen one; JoinGroupby likewise, the cont's
     statistic over all training rows for an unseen category; JoinExternal -> a LabelEncoder from the key; Bucketize ->
-    comparisons against its edges; LogOp -> Log of 1 + x; Clip -> Where; DifferenceLag, History and ListSlice are
-    refused: their columns come from each key's earlier rows) merged with the model, whose
+    comparisons against its edges; LogOp -> Log of 1 + x; Clip -> Where; NormalizeMinMax -> Sub/Div; DifferenceLag,
+    History and ListSlice are refused: their columns come from each key's earlier rows) merged with the model, whose
     multi-hot bags export as a masked lookup. One input per raw column: strings (a missing one as '#na#'), int64
     (integer and bool categories), double (continuous and float categories; NaN is missing; one that was float32 in
     training is cast to float32 first, as `process` casts it, and the procs compute in the dtypes the frame did); a

@@ -10,7 +10,8 @@ column (a datetime as its nanoseconds), with no missing value.
 
 A later frame (`new`, `test_dl`, `predict`) follows the frame the proc was set up on, in time: each proc keeps, as its
 learned state `last`, each key's last events of that frame (keys, time and values: a host frame), which come before the
-later frame's own rows of that key, whatever their times."""
+later frame's own rows of that key. A later row earlier in time than its key's last learned event (a late event) has no
+history and is in no one's, as a row missing its key: its lags are NaN, its lists empty."""
 from __future__ import annotations
 
 import numbers
@@ -36,6 +37,21 @@ __all__ = ['DifferenceLag', 'History', 'ListSlice']
 
 def _names(names) -> list:
     return [names] if isinstance(names, str) else list(names)
+
+def _shifts(shift) -> list:
+    "DifferenceLag's `shift` (an int or a list of them) as a list of distinct nonzero ints, or a ValueError."
+    many = isinstance(shift, (list, tuple))
+    vals = list(shift) if many else [shift]
+    bad = [v for v in vals if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v == 0]
+    if bad or not vals or len(set(vals)) < len(vals):
+        raise ValueError("DifferenceLag(shift=...) must be a nonzero integer or a list of distinct ones, got "
+                         f"{shift!r}")
+    return [int(v) for v in vals]
+
+def lag_name(name, shift:int, keys:list) -> str:
+    "DifferenceLag's column: `<name>_lag_<keys>` for shift 1, `<name>_lag<k>_<keys>` for k > 1, `_lead<k>_` for -k."
+    tag = 'lag' if shift == 1 else f'lag{shift}' if shift > 0 else f'lead{-shift}'
+    return '_'.join(map(str, [name, tag, *keys]))
 
 def _count(n, what:str) -> int:
     "`n` as an int, or a ValueError unless it is an integer >= 1."
@@ -99,7 +115,9 @@ class KeyEvents:
                              "a time; drop or fill those rows first")
         xp = self.xp = array_module(t)
         n = self.n_pre + len(t)
-        if prefix is not None: t = xp.concatenate([xp.asarray(prefix[time].to_numpy()), t])
+        if prefix is not None:
+            t = xp.concatenate([xp.asarray(prefix[time].to_numpy()), t])
+            self.group[self.n_pre:][self._late(t)] = -1   # a late event: out of its key's history
         self.times = t
         # stable sorts, the least significant key first: the ties, the time, prefix before frame, the key
         order = xp.arange(n) if ties is None else xp.argsort(xp.concatenate([xp.arange(self.n_pre), ties]),
@@ -110,6 +128,18 @@ class KeyEvents:
         g = self.group[self.order]
         self.same = xp.zeros(n, bool)
         self.same[1:] = (g[1:] == g[:-1]) & (g[1:] >= 0)
+
+    def _late(self, t):
+        "Whether each frame row is earlier in time than its key's last event of the prefix (whose rows lead the times)."
+        xp, n_pre = self.xp, self.n_pre
+        gp, tp, g = self.group[:n_pre], t[:n_pre], self.group[n_pre:]
+        o = xp.argsort(tp, kind='stable')
+        o = o[xp.argsort(gp[o], kind='stable')]   # by key, then time: a key's latest is its last
+        gs, ts = gp[o], tp[o]
+        at = xp.searchsorted(gs, g, side='right') - 1
+        ok = (at >= 0) & (g >= 0)
+        at = xp.maximum(at, 0)
+        return ok & (gs[at] == g) & (t[n_pre:] < ts[at]) if n_pre else xp.zeros(len(g), bool)
 
     @property
     def rows(self):
@@ -126,13 +156,18 @@ class KeyEvents:
         at = xp.arange(n)
         return at - xp.flatnonzero(first)[run], xp.flatnonzero(last)[run] - at
 
-    def lag(self, v, miss):
-        "`v` (values of every row, after the prefix's) less its key's previous event's, float64; NaN for a first event."
+    def lag(self, v, miss, shift:int=1, runs=None):
+        """`v` (values of every row, after the prefix's) less its key's event `shift` before it (after it, for a
+        negative shift: pandas' `diff(shift)` within the key), float64; NaN where the key has no such event. `runs`:
+        `self.runs()`, if at hand."""
         xp = self.xp
         out = xp.full(len(v), np.nan)
-        m = self.same[1:]
-        cur, prev = self.order[1:][m], self.order[:-1][m]
-        out[cur] = xp.where(miss[cur] | miss[prev], np.nan, (v[cur] - v[prev]).astype('f8'))
+        if shift == 1: m = xp.flatnonzero(self.same[1:]) + 1   # the common case, without the runs
+        else:
+            rank, left = self.runs() if runs is None else runs
+            m = xp.flatnonzero(rank >= shift if shift > 0 else left >= -shift)
+        cur, other = self.order[m], self.order[m - shift]
+        out[cur] = xp.where(miss[cur] | miss[other], np.nan, (v[cur] - v[other]).astype('f8'))
         return out[self.n_pre:]
 
     def earlier(self, n:int) -> tuple:
@@ -230,19 +265,26 @@ class DifferenceLag(_KeyHistoryProc):
     """For each row, the difference of each of `names` (a time, a count, a price; default the time) from its key's
     previous event, as continuous columns `<name>_lag_<keys>` (float64): the time since the key's last event, by
     default. NaN for a key's first event (FillMissing's `<name>_lag_<keys>_na` flag then says "first event"), and where
-    either value is missing. `keys`: the column or columns whose rows are one history (a user, a session, a plane);
-    `time`: what orders them (see this module's docstring). The caller's rows keep their order; nothing need be
-    sorted. Runs first (`order` -4), on the raw values (after `JoinExternal`, so a side table's price can be lagged)."""
+    either value is missing. `shift` k (or a list: a column each): the difference from the key's k-th event before,
+    `<name>_lag<k>_<keys>`; a negative k from its k-th event after, `<name>_lead<k>_<keys>` (pandas' `diff(k)`: for a
+    time, minus the time to that event). That event is in the future: an offline feature, whose later frames know only
+    their own next events (see docs/history.md). `keys`: the column or columns whose rows are one history (a user, a
+    session, a plane); `time`: what orders them (see this module's docstring). The caller's rows keep their order;
+    nothing need be sorted. Runs first (`order` -4), on the raw values (after `JoinExternal`, so a side table's price
+    can be lagged)."""
     order = -4
     def __init__(self,
         keys:str|list, # the key column(s)
         time:str, # the column that orders a key's events: numbers or datetimes
-        names:str|list|None=None # the columns to difference (numbers or datetimes); default [time]
+        names:str|list|None=None, # the columns to difference (numbers or datetimes); default [time]
+        shift:int|list=1 # events back (negative: ahead), or a list of them
     ):
         self.keys, self.time = _names(keys), time
         self.names = [time] if names is None else _names(names)
-        self.made_names = ['_'.join(map(str, [n, 'lag', *self.keys])) for n in self.names]
-        self.last = None   # each key's last event: keys, time, values (numbers), on the host
+        self.shifts = _shifts(shift)
+        self.shift = self.shifts if isinstance(shift, (list, tuple)) else self.shifts[0]
+        self.made_names = [lag_name(n, k, self.keys) for n in self.names for k in self.shifts]
+        self.last = None   # each key's last events (as many as the largest shift back): keys, time, values, on the host
         self._fitting = None
         super().__init__()
 
@@ -255,15 +297,17 @@ class DifferenceLag(_KeyHistoryProc):
         and backend; and, if `learn`, each key's last event of `df` (else None)."""
         ev = KeyEvents(df, self.keys, self.time, prefix, ties, 'DifferenceLag')
         xp, res, vals = ev.xp, {}, {}
-        for n,c in zip(self.names, self.made_names):
+        runs = ev.runs() if self.shifts != [1] else None
+        for n in self.names:
             v, miss = event_values(df[n], n, 'DifferenceLag')
             if prefix is not None:
                 p = prefix[n].to_numpy()
                 v, miss = xp.concatenate([xp.asarray(p), v]), xp.concatenate([xp.asarray(pd.isna(p)), miss])
             vals[n] = v if not bool(miss.any()) else xp.where(miss, np.nan, v.astype('f8'))
-            res[c] = ev.lag(v, miss)
+            for k in self.shifts: res[lag_name(n, k, self.keys)] = ev.lag(v, miss, k, runs)
         if not learn: return frame_like(df, res, columns=self.made_names), None
-        last = last_state(df, ev, 1, {**{k: df[k] for k in self.keys}, self.time: ev.times, **vals})
+        # a shift k back needs the key's last k events; one ahead none (a later frame's next events are its own)
+        last = last_state(df, ev, max(1, *self.shifts), {**{k: df[k] for k in self.keys}, self.time: ev.times, **vals})
         return frame_like(df, res, columns=self.made_names), sort_state(last, self.keys)
 
     def encodes(self, to:Tabular):
@@ -351,9 +395,10 @@ def _bound(i, lens, default, xp):
     if i is None: return default
     return xp.clip(lens + i if i < 0 else xp.full_like(lens, i), 0, lens)
 
-def sliced_lists(col:Column, start:int|None, stop:int|None) -> Column:
-    """Each list of the list column `col` as `lst[start:stop]`, on its backend and index. A missing list is the list of
-    one missing element (as Categorify counts it)."""
+def sliced_lists(col:Column, start:int|None, stop:int|None, width:int|None=None, pad_value=None) -> Column:
+    """Each list of the list column `col` as `lst[start:stop]`, on its backend and index, then (given `width`) padded
+    to `width` elements with `pad_value` at its end. A missing list is the list of one missing element (as Categorify
+    counts it)."""
     elems, lens = explode_lists(col)
     xp = array_module(lens)
     a, b = _bound(start, lens, xp.zeros_like(lens), xp), _bound(stop, lens, lens, xp)
@@ -363,18 +408,57 @@ def sliced_lists(col:Column, start:int|None, stop:int|None) -> Column:
     pos = i - (ends - lens)[row]
     keep = (pos >= a[row]) & (pos < b[row])
     vals = to_host(elems).to_numpy()[to_host(keep)]
-    return lists_like(col, vals, to_host(xp.maximum(b - a, 0)), name=col.name)
+    lens = to_host(xp.maximum(b - a, 0))
+    if width is None: return lists_like(col, vals, lens, name=col.name)
+    _check_pad(vals, pad_value, col.name)
+    # each row's elements at the start of its `width` slots, the pad after them
+    out = np.full(len(lens) * width, pad_value, dtype=object if pad_value is None or vals.dtype.kind not in 'iuf'
+                  else np.result_type(vals.dtype, np.asarray(pad_value).dtype))
+    row = np.repeat(np.arange(len(lens)), lens)
+    out[row * width + np.arange(len(vals)) - np.repeat(np.cumsum(lens) - lens, lens)] = vals
+    return lists_like(col, out, np.full(len(lens), width), name=col.name)
+
+def _check_pad(vals:np.ndarray, pad_value, name):
+    "A TypeError naming the column and `pad_value` unless the pad is of its elements' kind (a number or a string)."
+    if pad_value is None: return
+    first = next((v for v in vals[:1000] if not pd.isna(v)), None)
+    if first is None: return
+    num = lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool)
+    if num(first) != num(pad_value) or isinstance(first, str) != isinstance(pad_value, str):
+        raise TypeError(f"ListSlice: column {name!r} holds {type(first).__name__} elements, and "
+                        f"pad_value={pad_value!r} is not one of them: give a pad of the elements' kind (or None, a "
+                        "missing element)")
+
+def pad_width(start:int|None, stop:int|None) -> int:
+    "The fixed length of `lst[start:stop]` padded, or a ValueError where it depends on each list's length."
+    a = 0 if start is None else start
+    if stop is None and a < 0: w = -a
+    elif stop is not None and (a >= 0) == (stop >= 0): w = stop - a
+    else: w = 0
+    if w <= 0: raise ValueError(f"ListSlice(pad=True) needs a fixed length: [start:stop] = [{start}:{stop}] has none; "
+                                "give both bounds of one sign (ListSlice(c, 0, 10): the first 10) or a negative start "
+                                "alone (ListSlice(c, -10): the last 10)")
+    return w
 
 class ListSlice(TabularProc):
     """Each list of the multi-hot columns `names` cut to `lst[start:stop]`, as Python slices a list (NVTabular's
-    `ListSlice`): `ListSlice(names, 0, 3)` keeps the first 3 elements, `ListSlice(names, -3)` the last 3. In place,
-    after `History` (`order` -3) and before Categorify, which then learns its vocabulary from the cut lists."""
+    `ListSlice`): `ListSlice(names, 0, 3)` keeps the first 3 elements, `ListSlice(names, -3)` the last 3 (but
+    `ListSlice(names, 3)` drops the first 3, where NVTabular's one-argument `ListSlice(3)` keeps them). With `pad`, each
+    is padded at its end to the slice's fixed length with `pad_value` (None: a missing element, Categorify's '#na#').
+    In place, after `History` (`order` -3) and before Categorify, which then learns its vocabulary from the cut
+    lists."""
     order = -3
-    def __init__(self, names:str|list, start:int|None=0, stop:int|None=None):
+    def __init__(self, names:str|list, start:int|None=0, stop:int|None=None, pad:bool=False, pad_value=None):
         for k,v in (('start', start), ('stop', stop)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
                 raise ValueError(f"ListSlice({k}=...) must be an integer or None, got {v!r}")
-        self.names, self.start, self.stop = _names(names), start, stop
+        if not isinstance(pad, bool): raise ValueError(f"ListSlice(pad=...) must be True or False, got {pad!r}")
+        if pad_value is not None and (isinstance(pad_value, bool) or not isinstance(pad_value, (str, numbers.Real))
+                                      or pad_value != pad_value):
+            raise ValueError(f"ListSlice(pad_value=...) must be a number, a string or None, got {pad_value!r}")
+        self.width = pad_width(start, stop) if pad else None
+        self.names, self.start, self.stop, self.pad = _names(names), start, stop, pad
+        self.pad_value = pad_value.item() if isinstance(pad_value, np.generic) else pad_value
         super().__init__()
 
     def check_columns(self, to:Tabular):
@@ -387,5 +471,5 @@ class ListSlice(TabularProc):
 
     def encodes(self, to:Tabular):
         self.check_columns(to)
-        for n in self.names: to[n] = sliced_lists(to.items[n], self.start, self.stop)
+        for n in self.names: to[n] = sliced_lists(to.items[n], self.start, self.stop, self.width, self.pad_value)
         return to

@@ -1,6 +1,7 @@
 """Continuous columns reshaped before the model sees them: `Bucketize` (a number's bucket, as a cat column, between
 given boundaries or the training rows' quantiles, as pandas' `qcut` learns them), `LogOp` (log1p of counts and other
-non-negative values) and `Clip` (values held within bounds): NVTabular's ops of those names, as fastai procs."""
+values above -1), `Clip` (values held within bounds) and `NormalizeMinMax` (values scaled to [0, 1] by the training
+rows' range): NVTabular's ops of those names, as fastai procs."""
 from __future__ import annotations
 
 import numbers
@@ -11,7 +12,7 @@ from fastai.tabular.core import Tabular, TabularProc
 from ..backend import Column, array_module, backend_of, codes_dtype, column_values, series_like, to_backend, to_host
 from ..checks import check_new_columns, guard_setups
 
-__all__ = ['Bucketize', 'LogOp', 'Clip']
+__all__ = ['Bucketize', 'LogOp', 'Clip', 'NormalizeMinMax']
 
 def _names(names) -> list: return [names] if isinstance(names, str) else list(names)
 
@@ -145,20 +146,20 @@ class _InPlace(TabularProc):
 
 class LogOp(_InPlace):
     """Each continuous column of `names` as `log1p(x)` (float64), in place (NVTabular's `LogOp`): counts, prices,
-    durations. A negative value is an error naming the column (at set-up and in every later frame: never a silent
-    NaN); a missing one stays missing, for FillMissing. Runs early (`order` -2), on the raw values, before FillMissing
-    and Normalize."""
+    durations. log1p is defined above -1: a value <= -1 is an error naming the column (at set-up and in every later
+    frame: never a silent NaN or -inf); a missing one stays missing, for FillMissing. Runs early (`order` -2), on the
+    raw values, before FillMissing and Normalize."""
     def __init__(self, names:str|list):
         self.names = _names(names)
         super().__init__()
 
     def rewrite(self, col:Column, n:str):
-        "log1p of column `n` (`col`) on its device, float64; a ValueError naming it if a value is negative."
+        "log1p of column `n` (`col`) on its device, float64; a ValueError naming it if a value is -1 or below."
         x = _float_values(col).astype('f8')
-        neg = x < 0
+        neg = x <= -1   # log1p(-1) is -inf, below it NaN: neither is a feature
         if bool(neg.any()):
-            raise ValueError(f"LogOp: column {n!r} holds {int(neg.sum())} negative value(s), e.g. "
-                             f"{float(to_host(x[neg][:1])[0])!r}: log1p takes values >= 0; clip them first "
+            raise ValueError(f"LogOp: column {n!r} holds {int(neg.sum())} value(s) <= -1, e.g. "
+                             f"{float(to_host(x[neg][:1])[0])!r}: log1p takes values > -1; clip them first "
                              f"(Clip({n!r}, 0)) or shift them")
         return array_module(x).log1p(x)
 
@@ -183,3 +184,44 @@ class Clip(_InPlace):
         if self.min_value is not None: x = xp.maximum(x, self.min_value)
         if self.max_value is not None: x = xp.minimum(x, self.max_value)
         return x
+
+class NormalizeMinMax(_InPlace):
+    """Each continuous column of `names` as `(x - min) / (max - min)` (float64), in place, `min` and `max` those of the
+    training rows (NVTabular's `NormalizeMinMax`; fastai has `Normalize`, by mean and std): training values fall in
+    [0, 1], a later one may pass them. A missing value stays missing, as fastai's Normalize leaves it (FillMissing,
+    after it, fills it from the scaled values and flags it). A constant column (max == min) is divided by 1, not 0: its
+    training rows give 0, a later value its distance from that constant (NVTabular divides x by 2x there: 0.5, and NaN
+    for 0). A column with no value in the training rows, or an infinite one, is an error naming it. The state: `mins`
+    and `maxs`, {name: float}, on the host. Runs early (`order` -2), in the order listed with LogOp and Clip, before
+    FillMissing and Normalize."""
+    def __init__(self, names:str|list):
+        self.names = _names(names)
+        self.mins = self.maxs = None
+        super().__init__()
+
+    @guard_setups
+    def setups(self, to:Tabular):
+        self.check_columns(to)
+        self.mins, self.maxs = min_max({n: to_host(to.items[n]) for n in self.names}, len(to.items))
+
+    def rewrite(self, col:Column, n:str):
+        "`(x - min) / (max - min)` of column `n` (`col`) on its device, float64 (a range of 0 divides by 1)."
+        if self.mins is None: raise RuntimeError("NormalizeMinMax is not set up: make a Tabular with it first")
+        x = _float_values(col).astype('f8')
+        lo, hi = self.mins[n], self.maxs[n]
+        return (x - lo) / ((hi - lo) or 1.0)
+
+def min_max(cols:dict, rows:int) -> tuple:
+    """`(mins, maxs)`, {name: float}, of the host columns `cols` (the training rows' values, missing ones skipped); a
+    ValueError naming a column with no value or an infinite one."""
+    if not rows: raise ValueError("NormalizeMinMax: the training rows are empty: it learns each column's min and max")
+    mins, maxs = {}, {}
+    for n,c in cols.items():
+        x = c.astype('float64')
+        lo, hi = x.min(), x.max()
+        if np.isnan(lo): raise ValueError(f"NormalizeMinMax: column {n!r} has no value in the training rows")
+        if np.isinf(lo) or np.isinf(hi):
+            raise ValueError(f"NormalizeMinMax: column {n!r} holds an infinite value: its range would be infinite; "
+                             f"clip it first (Clip({n!r}, ...))")
+        mins[n], maxs[n] = float(lo), float(hi)
+    return mins, maxs

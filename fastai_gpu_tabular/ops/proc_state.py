@@ -17,7 +17,7 @@ from .groupby import JoinGroupby
 from .hashing import HashBucket, HashedCross
 from .history import DifferenceLag, History, ListSlice
 from .joins import JoinExternal
-from .numeric import Bucketize, Clip, LogOp
+from .numeric import Bucketize, Clip, LogOp, NormalizeMinMax
 from .procs import Categorify, LazyCategoryMap
 from .target import TargetEncode
 
@@ -288,6 +288,7 @@ def _history_state(p) -> dict:
     "DifferenceLag's and History's arguments, and the last events of each key they learned (None before set-up)."
     init = {'keys': p.keys, 'time': p.time, 'names': p.names}
     if isinstance(p, History): init.update(n=p.n, lags=p.lags)
+    elif p.shift != 1: init['shift'] = p.shift   # a Tabular saved before shifts existed has none: 1
     return {'init': init, 'last': None if p.last is None else _enc_table(p.last, f"{type(p).__name__}.last")}
 
 def _history_restore(cls):
@@ -297,8 +298,10 @@ def _history_restore(cls):
         return p
     return restore
 
-def _slice_state(p) -> dict: return {'names': p.names, 'start': p.start, 'stop': p.stop}
-def _slice_restore(s): return ListSlice(s['names'], s['start'], s['stop'])
+def _slice_state(p) -> dict:
+    pad = {'pad': True, 'pad_value': p.pad_value} if p.pad else {}   # none in a Tabular saved before padding
+    return {'names': p.names, 'start': p.start, 'stop': p.stop, **pad}
+def _slice_restore(s): return ListSlice(s['names'], s['start'], s['stop'], s.get('pad', False), s.get('pad_value'))
 
 def _bucketize_state(p) -> dict:
     _need(p, 'bins')
@@ -312,6 +315,17 @@ def _bucketize_restore(s):
 
 def _clip_state(p) -> dict: return {'names': p.names, 'min_value': p.min_value, 'max_value': p.max_value}
 def _clip_restore(s): return Clip(s['names'], s['min_value'], s['max_value'])
+
+def _minmax_state(p) -> dict:
+    "Its names, and the min and max of each (lists in the names' order: a JSON object's keys are strings), or None."
+    lists = lambda d: None if d is None else [float(d[n]) for n in p.names]
+    return {'names': p.names, 'mins': lists(p.mins), 'maxs': lists(p.maxs)}
+
+def _minmax_restore(s):
+    p = NormalizeMinMax(s['names'])
+    if s['mins'] is not None:
+        p.mins, p.maxs = (dict(zip(p.names, map(float, s[k]), strict=True)) for k in ('mins', 'maxs'))
+    return p
 
 def _join_state(p) -> dict:
     return {'on': p.on, 'cat_names': p.cat_names, 'cont_names': p.cont_names,
@@ -335,6 +349,7 @@ register_saved_proc(ListSlice, _slice_state, _slice_restore)
 register_saved_proc(Bucketize, _bucketize_state, _bucketize_restore)
 register_saved_proc(LogOp, lambda p: {'names': p.names}, lambda s: LogOp(s['names']))
 register_saved_proc(Clip, _clip_state, _clip_restore)
+register_saved_proc(NormalizeMinMax, _minmax_state, _minmax_restore)
 register_saved_proc(JoinExternal, _join_state, _join_restore)
 
 def saved_state(p) -> dict:

@@ -18,6 +18,7 @@ from fastai_gpu_tabular.all import (
     JoinExternal,
     ListSlice,
     LogOp,
+    NormalizeMinMax,
     TabularGPU,
 )
 from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
@@ -45,14 +46,17 @@ KW = dict(cat_names=['user_id', 'item_id', 'genres', 'occupation', 'gender'], co
           y_names='rating', multi_hot={'genres': '|'})
 
 def history_procs():
-    return [DifferenceLag('user_id', 'timestamp'), DifferenceLag(['occupation', 'gender'], 'timestamp'),
-            History('item_id', 'user_id', 'timestamp', n=3, lags=True), ListSlice('item_id_last3_user_id', 0, 2),
+    return [DifferenceLag('user_id', 'timestamp', shift=[1, 3, -2]),
+            DifferenceLag(['occupation', 'gender'], 'timestamp'),
+            History('item_id', 'user_id', 'timestamp', n=3, lags=True),
+            ListSlice('item_id_last3_user_id', 0, 2),
             Categorify, FillMissing, Normalize]
 
 def row_procs(movies):
-    return lambda: [JoinExternal(movies, 'item_id'), ListSlice('genres', -2), Clip('age', 10, 60), LogOp('ratings'),
-                    Bucketize('age', q=4), Bucketize('timestamp', boundaries=[8.8e8, 8.9e8]), Categorify, FillMissing,
-                    Normalize]
+    return lambda: [JoinExternal(movies, 'item_id'), ListSlice('genres', -2, pad=True, pad_value='-'),
+                    Clip('age', 10, 60), LogOp('ratings'),
+                    NormalizeMinMax(['age', 'timestamp']), Bucketize('age', q=4),
+                    Bucketize('timestamp', boundaries=[0.3, 0.6]), Categorify, FillMissing, Normalize]
 
 def both(df, procs, kw, **dkw):
     "The Dask Tabular over 4 partitions of `df`, and the in-memory one of the same rows, split by the same column."
@@ -69,15 +73,16 @@ def same(td, tg):
     for p,q in zip(td.procs.fs, tg.procs.fs):
         if getattr(q, 'last', None) is not None: pd.testing.assert_frame_equal(p.last, q.last)
         if getattr(q, 'bins', None) is not None: assert p.bins == q.bins
+        if getattr(q, 'mins', None) is not None: assert (p.mins, p.maxs) == (q.mins, q.maxs)
     for n in tg.classes: assert [(type(v), v) for v in td.classes[n]] == [(type(v), v) for v in tg.classes[n]], n
     for d in ('na_dict', 'means', 'stds', 'multi_hot_lens'):
         x, y = getattr(td, d, {}), getattr(tg, d, {})
         assert list(x) == list(y) and all(x[k] == y[k] and type(x[k]) is type(y[k]) for k in y), d
 
 def test_history_is_the_in_memory_one(ratings, count, held):
-    """Lags by one and by two key columns, the last 3 movies and their lags, cut to 2: the in-memory rows and state bit
-    for bit. A pass each history proc (its shuffle); their lags join the held training conts, so FillMissing and
-    Normalize then need none (else their two each, as for any cont not held)."""
+    """Lags by one and by two key columns (1 and 3 back, 2 ahead), the last 3 movies and their lags, cut to 2: the
+    in-memory rows and state bit for bit. A pass each history proc (its shuffle); their lags join the held training
+    conts, so FillMissing and Normalize then need none (else their two each, as for any cont not held)."""
     assert (ratings.groupby('user_id').apply(lambda g: len(set(g.index * PARTS // len(ratings))),
                                              include_groups=False) > 1).mean() > 0.9   # users in several partitions
     with count() as got: td, tg = both(ratings, history_procs, KW)
@@ -98,14 +103,15 @@ def test_planes_with_missing_tailnums(count):
 
 def test_row_procs_are_the_in_memory_ones(ratings, movies, count, held):
     """A side table joined to every partition (a broadcast join), the last two genres, clipped ages, log1p of the
-    joined counts, ages' quartiles and given boundaries: the in-memory rows and state bit for bit. Bucketize's
-    quartiles come from the held training conts (Clip's ages among them) with no pass; ListSlice's lists cost
+    joined counts, ages and times scaled to [0, 1], ages' quartiles and given boundaries: the in-memory rows and state
+    bit for bit. NormalizeMinMax's ranges and Bucketize's quartiles come from the held training conts (Clip's ages
+    among them) with no pass; ListSlice's lists cost
     Categorify a pass for their elements and one for their lengths, and the joined cont (which is not held) one for its
     missing values, then FillMissing's median and Normalize two each."""
     with count() as got: td, tg = both(ratings, row_procs(movies), KW)
     # the scan; the cut lists' elements and lengths; the joined cont's missing values; the median's sample and
-    # bracket; Normalize's sums and squares; the write; spilled: Bucketize's training values too
-    assert got['passes'] == 1 + 2 + 1 + 2 + 2 + 1 + (0 if held else 1)
+    # bracket; Normalize's sums and squares; the write; spilled: NormalizeMinMax's and Bucketize's training values too
+    assert got['passes'] == 1 + 2 + 1 + 2 + 2 + 1 + (0 if held else 2)
     same(td, tg)
 
 def test_later_dask_frame(ratings, movies):
