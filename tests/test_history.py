@@ -6,6 +6,7 @@ later frame follows, the errors, and the caller's frame left alone."""
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter
 from fastai_gpu_tabular.all import DifferenceLag, History, ListSlice, TabularGPU
 from fastai_gpu_tabular.backend import to_pandas
@@ -218,9 +219,10 @@ def test_the_chapters_blocks(tmp_path, monkeypatch):
     from helpers.recipes import recipe
     matplotlib.use('Agg')
     monkeypatch.chdir(tmp_path)
-    ns = {}
+    ns, threads = {}, torch.get_num_threads()   # the block sets one thread: given back for the worker's next tests
     exec('from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n', ns)
-    exec(compile(recipe('history'), '<recipe history>', 'exec'), ns)
+    try: exec(compile(recipe('history'), '<recipe history>', 'exec'), ns)
+    finally: torch.set_num_threads(threads)
     to, learn, imp = ns['to'], ns['learn'], ns['imp']
     assert (to.cat_names[5], to.cont_names[2]) == ('item_id_last10_user_id', 'timestamp_lag_user_id')
     assert learn.recorder.values[-1][2] < ns['df'].rating[~ns['df'].is_valid].std()
