@@ -132,9 +132,11 @@ def read_parquet(path:Any, columns:list, backend:str, dictionary:list|tuple=()) 
     dicts = [c for c in dictionary if c in schema.names and strs(schema.field(c).type)]
     t = pq.read_table(src, columns=list(columns), use_pandas_metadata=True, read_dictionary=dicts or None)
     if not dicts: return t.to_pandas()
-    rest = t.drop_columns(dicts).to_pandas()
-    data = {c: sorted_dictionary(t[c]) if c in dicts else rest[c].array for c in t.column_names if c in columns}
-    return pd.DataFrame(data, index=rest.index)
+    df = t.drop_columns(dicts).to_pandas()
+    # the categoricals put in place into the frame pandas made of the rest (a new frame would stack its blocks again)
+    names = [c for c in t.column_names if c in columns]
+    for c in sorted(dicts, key=names.index): df.insert(names.index(c), c, sorted_dictionary(t[c]))
+    return df
 
 def sorted_dictionary(col:Any) -> pd.Categorical:
     """A column of Arrow dictionary chunks (each its own dictionary, as each Parquet file and row group has) as a
@@ -142,15 +144,17 @@ def sorted_dictionary(col:Any) -> pd.Categorical:
     unified, the small dictionary sorted, the rows' codes remapped by one gather, never re-factorised."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    col = col.unify_dictionaries()
-    vals = col.chunk(0).dictionary if col.num_chunks else pa.array([], col.type.value_type)
+    # a row group's chunks share its dictionary: unified (a hash of every value) only where they differ
+    if len({(*(b.address for b in c.dictionary.buffers()[1:]), len(c.dictionary)) for c in col.chunks}) > 1:
+        col = col.unify_dictionaries()
+    full = col.chunk(0).dictionary if col.num_chunks else pa.array([], col.type.value_type)
     codes = pc.fill_null(pa.chunked_array([c.indices for c in col.chunks], col.type.index_type), -1).to_numpy()
     codes = codes.astype(np.int64, copy=False)
-    used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(vals)))   # a file's dictionary may hold more
-    vals = vals.take(pa.array(used))
-    keys = short_string_keys(vals)
-    order = np.argsort(keys, kind='stable') if keys is not None else pc.array_sort_indices(vals).to_numpy()
-    rank = np.full(len(col.chunk(0).dictionary if col.num_chunks else ()) + 1, -1, np.int64)   # -1 reads the last
+    used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(full)))   # a file's dictionary may hold more
+    vals = full if len(used) == len(full) else full.take(pa.array(used))
+    keys = short_string_keys(vals)   # distinct: any sort gives their one order
+    order = np.argsort(keys) if keys is not None else pc.array_sort_indices(vals).to_numpy()
+    rank = np.full(len(full) + 1, -1, np.int64)   # -1 (a missing value) reads the last
     rank[used[order]] = np.arange(len(used))
     cats = pd.Index(vals.take(pa.array(order)).to_pandas())   # pandas' dtype for the strings: object, or 3's str
     return pd.Categorical.from_codes(rank[codes], dtype=pd.CategoricalDtype(cats), validate=False)

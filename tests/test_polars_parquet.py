@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from fastai.tabular.all import Categorify, FillMissing, Normalize, TabularPandas
+from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, TabularPandas, range_of
 from helpers.parity import assert_same_processing
 from fastai_gpu_tabular.all import BatchDataLoaders, TabularGPU, load_adult
 from fastai_gpu_tabular.backend import read_parquet, to_pandas
@@ -96,6 +96,12 @@ def test_polars_test_dl_new_and_from_df(adult):
     assert torch.equal(a.train_ds.packed_rows()[0], b.train_ds.packed_rows()[0])
     with pytest.raises(TypeError, match=r"got polars.Series: convert it with \.to_frame\(\)"):
         TabularGPU(pdf['age'], cont_names=['age'])
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    "The recipe writes its file where it runs: a temporary folder."
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
 
 def test_polars_missing_names_the_extra(adult, monkeypatch):
     "Where Polars cannot be imported, the error names the `polars` extra and how to install it."
@@ -191,6 +197,32 @@ def test_from_parquet_on_dask(adult, tmp_path):
     assert type(dk).__name__ == 'TabularDask'
     assert {k: list(v) for k,v in dk.classes.items()} == {k: list(v) for k,v in mem.classes.items()}
     assert dk.na_dict == mem.na_dict and dk.means == mem.means and dk.stds == mem.stds
+    test = df.head(300)
+    a, b = mem.new(test.drop(columns='is_valid')), dk.new(pl.from_pandas(test.drop(columns='is_valid')))
+    a.process(); b.process()   # a Polars frame to a TabularDask's new: processed as the in-memory one's pandas frame
+    pd.testing.assert_frame_equal(a.items, b.items)
+
+def test_parquet_polars_recipe(workdir):
+    "The chapter's block: from_parquet's Tabular is that of the frame pandas reads; a Polars test frame's rows too."
+    from helpers.recipes import recipe
+    ns = {}
+    exec('from fastai.tabular.all import *\nfrom fastai_gpu_tabular.all import *\n', ns)
+    exec(compile(recipe('parquet-polars'), '<recipe parquet-polars>', 'exec'), ns)
+    to, dl = ns['to'], ns['dl']
+    df = pd.read_parquet('adult.parquet')
+    ref = TabularGPU(df, procs=[Categorify, FillMissing, Normalize], cat_names=['workclass', 'education', 'gender'],
+                     cont_names=['age', 'fnlwgt'], y_names='income', splits=RandomSplitter(seed=0)(range_of(df)),
+                     backend='pandas')
+    ref.dataloaders(bs=512)   # its frame released to the packed rows, as the block's
+    assert_same_tabular(ref, to, exact=type(to.items).__module__.startswith('pandas'))
+    assert torch.equal(dl.dataset.packed_rows('cpu')[0], _processed(to, df.head(1000)))
+    assert list(ns['lazy'].classes['education']) == list(ref.classes['education'])
+
+def _processed(to, df):
+    "`df` processed with `to`'s procs, as packed rows on the host."
+    t = to.new(df)
+    t.process()
+    return t.packed_rows('cpu')[0]
 
 @pytest.mark.cudf
 def test_polars_and_parquet_on_cudf(adult, tmp_path):
