@@ -10,6 +10,8 @@ import pandas as pd
 import torch
 from fastai.tabular.core import FillStrategy, df_shrink_dtypes
 
+from .extras import import_extra
+
 if TYPE_CHECKING:   # for the hints only: cuDF is imported when first used (see `_probe`)
     import cudf
 
@@ -102,14 +104,77 @@ def read_csv(path:Any, backend:str|None=None, **kwargs) -> Frame:
             df[c] = s.mask(s == '')
     return df
 
+# --- Parquet ----------------------------------------------------------------------------------------------------------
+def _parquet_source(path:Any) -> Any:
+    "A file, a folder or a list of files as pyarrow and cuDF take them (`str`s), each checked to exist."
+    paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    missing = [str(p) for p in paths if not os.path.exists(p)]
+    if missing or not paths: raise FileNotFoundError(f"no Parquet file or folder at {missing or path}")
+    return str(paths[0]) if isinstance(path, (str, os.PathLike)) else [str(p) for p in paths]
+
+def parquet_schema(path:Any) -> Any:
+    "The Arrow schema of the Parquet data at `path` (a file, a folder, a list of files), read from its footers only."
+    import pyarrow.dataset as ds
+    return ds.dataset(_parquet_source(path), format='parquet').schema
+
+def read_parquet(path:Any, columns:list, backend:str, dictionary:list|tuple=()) -> Frame:
+    """Columns `columns` of the Parquet data at `path` as `pd.read_parquet(path, columns=columns)` reads them, by cuDF
+    for `backend='cudf'`. On pandas the string columns in `dictionary` are read as Parquet stores them, as
+    dictionaries (pyarrow's `read_dictionary`), and become categoricals of the values that occur, sorted: what
+    `astype('category')` of the strings gives (fastai's `df_shrink`), without a Python string per row or a
+    factorisation of the rows (`sorted_dictionary`)."""
+    src = _parquet_source(path)
+    if backend == 'cudf': return pandas_holds(require_cudf().read_parquet(src, columns=list(columns)))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    schema = parquet_schema(src)   # only strings: a column stored as a dictionary reads as pandas reads it, unsorted
+    strs = lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)
+    dicts = [c for c in dictionary if c in schema.names and strs(schema.field(c).type)]
+    t = pq.read_table(src, columns=list(columns), use_pandas_metadata=True, read_dictionary=dicts or None)
+    if not dicts: return t.to_pandas()
+    df = t.drop_columns(dicts).to_pandas()
+    # the categoricals put in place into the frame pandas made of the rest (a new frame would stack its blocks again)
+    names = [c for c in t.column_names if c in columns]
+    for c in sorted(dicts, key=names.index): df.insert(names.index(c), c, sorted_dictionary(t[c]))
+    return df
+
+def sorted_dictionary(col:Any) -> pd.Categorical:
+    """A column of Arrow dictionary chunks (each its own dictionary, as each Parquet file and row group has) as a
+    pandas Categorical of the values that occur, sorted as `to_category` sorts strings: the chunks' dictionaries
+    unified, the small dictionary sorted, the rows' codes remapped by one gather, never re-factorised."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    # a row group's chunks share its dictionary: unified (a hash of every value) only where they differ
+    if len({(*(b.address for b in c.dictionary.buffers()[1:]), len(c.dictionary)) for c in col.chunks}) > 1:
+        col = col.unify_dictionaries()
+    full = col.chunk(0).dictionary if col.num_chunks else pa.array([], col.type.value_type)
+    codes = pc.fill_null(pa.chunked_array([c.indices for c in col.chunks], col.type.index_type), -1).to_numpy()
+    codes = codes.astype(np.int64, copy=False)
+    used = np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(full)))   # a file's dictionary may hold more
+    vals = full if len(used) == len(full) else full.take(pa.array(used))
+    keys = short_string_keys(vals)   # distinct: any sort gives their one order
+    order = np.argsort(keys) if keys is not None else pc.array_sort_indices(vals).to_numpy()
+    rank = np.full(len(full) + 1, -1, np.int64)   # -1 (a missing value) reads the last
+    rank[used[order]] = np.arange(len(used))
+    cats = pd.Index(vals.take(pa.array(order)).to_pandas())   # pandas' dtype for the strings: object, or 3's str
+    return pd.Categorical.from_codes(rank[codes], dtype=pd.CategoricalDtype(cats), validate=False)
+
 def is_cudf(o:Any) -> bool:
     "Whether `o` is a cuDF object; checks the type's module, so it never imports cuDF."
     return type(o).__module__.split('.')[0] == 'cudf'
+
+def backend_name(o:Any) -> str:
+    "'cudf' for any cuDF object (a frame, a column, an index: a released frame's row index), else 'pandas'."
+    return 'cudf' if is_cudf(o) else 'pandas'
 
 def is_dask(o:Any) -> bool:
     """Whether `o` is a Dask collection (dask.dataframe, or dask-cudf's); checks the type's module, so it never
     imports Dask."""
     return type(o).__module__.split('.')[0] in ('dask', 'dask_cudf', 'dask_expr')
+
+def is_polars(o:Any) -> bool:
+    "Whether `o` is a Polars object (DataFrame, LazyFrame, Series); checks the type's module, never imports Polars."
+    return type(o).__module__.split('.')[0] == 'polars'
 
 def _not_a_frame(o) -> TypeError:
     "The error for `o`, which is not a frame: its type, and how to turn it into one."
@@ -119,9 +184,10 @@ def _not_a_frame(o) -> TypeError:
     elif isinstance(o, (np.ndarray, list, tuple)):
         how = "build one with pd.DataFrame(values, columns=[...]), naming the columns"
     elif is_dask(o): how = "convert it with .to_dask_dataframe()"
+    elif is_polars(o): how = "convert it with .to_frame()"   # a Polars Series
     elif hasattr(o, 'to_pandas'): how = "convert it with .to_pandas()"
     else: how = "load the data into one"
-    return TypeError(f"Expected a pandas, cuDF or Dask DataFrame, got {name}: {how}")
+    return TypeError(f"Expected a pandas, cuDF, Polars or Dask DataFrame, got {name}: {how}")
 
 def backend_of(df:Frame|Column) -> str:
     """'cudf' or 'pandas', from the type of `df` (a DataFrame or Series; for a Dask one, its partitions'). The one place
@@ -131,9 +197,15 @@ def backend_of(df:Frame|Column) -> str:
     if isinstance(meta, (pd.DataFrame, pd.Series)): return 'pandas'
     raise _not_a_frame(df)
 
+def default_backend() -> str:
+    "The backend for data that has none of its own (a Polars frame, a Parquet file): cuDF where usable, else pandas."
+    return 'cudf' if cudf_available() else 'pandas'
+
 def to_backend(df:Frame, backend:str|None=None) -> Frame:
-    """Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own. Anything but a frame is a TypeError. A
-    cuDF frame (moved or not) holds its values as pandas would (`pandas_holds`)."""
+    """Move `df` to `backend` ('pandas' or 'cudf'); None keeps the frame's own (a Polars frame, which has none, goes to
+    `default_backend()`). Anything but a frame is a TypeError. A cuDF frame (moved or not) holds its values as pandas
+    would (`pandas_holds`)."""
+    if is_polars(df): return from_arrow(polars_arrow(df), backend or default_backend())
     own = backend_of(df)
     if is_dask(df):
         return df if backend is None or backend == own else df.to_backend(backend)   # dask-cudf for 'cudf'
@@ -147,6 +219,22 @@ def to_backend(df:Frame, backend:str|None=None) -> Frame:
                 if len({value_kind(o) for o in vals}) > 1: raise mixed_types_error(n, vals) from None
             raise
     if backend == 'pandas': return df.to_pandas()
+    raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")
+
+def polars_arrow(df) -> Any:
+    """A Polars DataFrame (a LazyFrame collected) as an Arrow table, in Arrow's classic types (large strings, not
+    views), which both pandas' and cuDF's Arrow readers take; the columns' buffers are shared, not copied."""
+    pl = import_extra('polars', 'polars', 'a Polars frame')
+    if isinstance(df, pl.LazyFrame): df = df.collect()
+    if not isinstance(df, pl.DataFrame): raise _not_a_frame(df)
+    return df.to_arrow(compat_level=pl.CompatLevel.oldest())
+
+def from_arrow(table, backend:str) -> Frame:
+    """An Arrow table as a frame: on pandas as `pd.read_parquet` makes it (`to_pandas`: Arrow's nulls as pandas holds
+    them, dictionaries as categoricals in their order, strings as object or pandas 3's `str`), on cuDF by
+    `cudf.DataFrame.from_arrow` (the host's buffers straight to the device), held as pandas would (`pandas_holds`)."""
+    if backend == 'cudf': return pandas_holds(require_cudf().DataFrame.from_arrow(table))
+    if backend == 'pandas': return table.to_pandas()
     raise ValueError(f"backend must be 'pandas', 'cudf' or None, not {backend!r}")
 
 def _nullable(dt) -> bool:

@@ -20,12 +20,17 @@ from plum import dispatch
 from .backend import (
     Column,
     Frame,
+    backend_name,
     backend_of,
+    default_backend,
     float_casts,
     float_dtypes,
     frame_device,
     gather_columns,
     is_dask,
+    is_polars,
+    parquet_schema,
+    read_parquet,
     shallow_copy,
     shrink_dtypes,
     to_backend,
@@ -42,13 +47,14 @@ from .checks import (
     fill_nan_check,
     raw_columns,
 )
+from .extras import import_extra
 from .ops.procs import register_procs
 from .prepare import multi_hot_columns, prepare_columns, prepare_names, set_procs
 from .rows.chunks import RowBlocks
 from .rows.loader import BatchDataLoader
 from .rows.pack import Layout, ReleasedFrame, pack_rows, packs_whole, unpack_frame, unpack_rows
 from .saved import load_tabular, save_tabular
-from .splits import split_rows
+from .splits import column_split, split_rows
 
 __all__ = ['TabularGPU']
 
@@ -128,6 +134,35 @@ class TabularGPU(Tabular):
         self.split = len(items) if splits is None else len(splits[0])
         if do_setup: self.setup()
 
+    @classmethod
+    def from_parquet(cls, path, procs:list|None=None, cat_names:list|None=None, cont_names:list|None=None,
+                     y_names:list|str|None=None, splits:tuple|str|Callable|None=None,
+                     backend:str|None=None, # 'cudf' reads with cuDF, 'pandas' with pyarrow; None: cuDF where usable
+                     columns:list|None=None, # more columns to read: those procs read that no name list holds
+                     dask:bool=False, # read with Dask (`dd.read_parquet`): a `TabularDask`, for data bigger than memory
+                     reduce_memory:bool=True, **kwargs) -> TabularGPU:
+        """`TabularGPU(pd.read_parquet(path), ...)`, read faster: `path` is a Parquet file, a folder of them or a list,
+        and only the named columns are read (cats, conts, targets, a split column, `columns`), checked against the
+        file's schema first. On pandas the string cat columns are read as Parquet's dictionaries, whose sorted values
+        are fastai's vocabulary (`read_parquet`); on cuDF by `cudf.read_parquet`."""
+        schema = parquet_schema(path)
+        cats,conts,ys = (list(L(n)) for n in (cat_names, cont_names, y_names))
+        spec = column_split(splits, schema.names)   # a KeyError naming a split column the file lacks
+        # the names checked as the constructor checks them, but before the rows are read
+        prepare_names(pd.DataFrame(columns=schema.names), cats, conts, ys, procs, do_setup=kwargs.get('do_setup', True))
+        want = set(cats + conts + ys + list(L(columns)) + ([spec[0]] if spec else []))
+        cols = [c for c in schema.names if c in want]   # the file's order, as the whole frame's
+        backend = backend or default_backend()
+        if dask:   # Dask's reader splits the files into partitions by row group; TabularGPU(ddf) is a TabularDask
+            dd = import_extra('dask.dataframe', 'dask', 'from_parquet(dask=True)')
+            df = dd.read_parquet(path, columns=cols)
+            return cls(df, procs, cats, conts, ys, splits=splits, reduce_memory=reduce_memory, backend=backend,
+                       **kwargs)
+        mh = kwargs.get('multi_hot') or ()   # split into lists from the strings: not read as dictionaries
+        dicts = [c for c in cats if c not in mh] if reduce_memory and backend == 'pandas' else []
+        df = read_parquet(path, cols, backend, dictionary=dicts)
+        return cls(df, procs, cats, conts, ys, splits=splits, reduce_memory=reduce_memory, **kwargs)
+
     def new(self, df:Frame|Column, inplace:bool=False) -> TabularGPU:
         """A `TabularGPU` for `df` with this one's procs and names (fastai's `Tabular.new`, keeping `multi_hot`). A row
         (Series) or a value, which `iloc` gives for a scalar row or cell, is held as it is, as fastai does."""
@@ -136,8 +171,10 @@ class TabularGPU(Tabular):
             res = self._derive(df)
             res.split = 1 if value else len(df)
             return res
+        # a Polars frame has no backend of its own: it goes to this one's (through Arrow, never through pandas to cuDF)
+        backend = backend_name(self.row_index) if is_polars(df) else None
         res = type(self)(df, do_setup=False, reduce_memory=False, y_block=TransformBlock(), inplace=inplace,
-                         multi_hot=self.multi_hot,
+                         multi_hot=self.multi_hot, backend=backend,
                          **attrdict(self, 'procs', 'cat_names', 'cont_names', 'y_names', 'device'))
         res.float_dtypes = self.float_dtypes   # the training frame's, which `process` casts its floats to
         return res

@@ -13,7 +13,7 @@ from fastcore.foundation import L
 from fastcore.meta import delegates
 
 from . import __version__
-from .backend import backend_of, is_dask, read_csv
+from .backend import backend_of, default_backend, is_dask, is_polars, parquet_schema, read_csv, to_backend
 from .core import TabularGPU
 from .extras import install_command
 
@@ -42,7 +42,7 @@ class _New:
         return dict.get, ({None: fail}, found, _Call(functools.partial, copyreg.__newobj__, found))
 
 class BatchDataLoaders(TabularDataLoaders):
-    "`TabularDataLoaders` of `BatchDataLoader`s; `test_dl` takes a cuDF or pandas frame"
+    "`TabularDataLoaders` of `BatchDataLoader`s; `test_dl` takes a cuDF, pandas or Polars frame"
     def __reduce_ex__(self, protocol):
         # an exported learner's first object of this package: unpickled, it says what is missing, if anything is
         _, args, *rest = super().__reduce_ex__(2)
@@ -53,6 +53,7 @@ class BatchDataLoaders(TabularDataLoaders):
     def from_df(cls, df, path:str|Path='.', procs=None, cat_names=None, cont_names=None, y_names=None, y_block=None,
                 valid_idx:list|None=None, backend:str|None=None, **kwargs) -> BatchDataLoaders:
         "Create `BatchDataLoaders` from a cuDF or pandas `df`, as `TabularDataLoaders.from_df`"
+        if is_polars(df): df,backend = to_backend(df, backend),None   # through Arrow, to cuDF where usable
         backend_of(df)   # a TypeError that says which types are taken, before `df.columns` is read
         if is_dask(df): raise TypeError("from_df splits by row positions, which a Dask frame cannot address: use "
                                         "TabularGPU(ddf, ..., splits='is_valid').dataloaders(...) "
@@ -68,3 +69,20 @@ class BatchDataLoaders(TabularDataLoaders):
         "Create `BatchDataLoaders` from `csv`, read by cuDF when `backend='cudf'`, else by pandas"
         df = read_csv(csv, backend, skipinitialspace=skipinitialspace)
         return cls.from_df(df, backend=backend, **kwargs)
+
+    @classmethod
+    def from_parquet(cls, path, cat_names=None, cont_names=None, y_names=None, backend:str|None=None,
+                     columns:list|None=None, **kwargs) -> BatchDataLoaders:
+        """Create `BatchDataLoaders` from the Parquet file, folder or list of files `path`, as `from_csv`: read as
+        `TabularGPU.from_parquet` reads it (only the named columns; `cont_names=None` means every other column)."""
+        cat_names,y_names = list(L(cat_names)),list(L(y_names))
+        if cont_names is None:
+            cont_names = [c for c in parquet_schema(path).names if c not in set(cat_names + y_names + list(L(columns)))
+                          and not c.startswith('__index_level_')]
+        valid_idx = kwargs.pop('valid_idx', None)
+        # from_df's splitters, uncalled: TabularGPU calls them on the frame it read, as from_df does on its frame
+        splits = RandomSplitter() if valid_idx is None else IndexSplitter(valid_idx)
+        to = TabularGPU.from_parquet(path, kwargs.pop('procs', None), cat_names, cont_names, y_names, splits=splits,
+                                     backend=backend or default_backend(), columns=columns,
+                                     y_block=kwargs.pop('y_block', None))
+        return to.dataloaders(path=kwargs.pop('path', '.'), **kwargs)

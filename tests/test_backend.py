@@ -20,7 +20,8 @@ def test_import_is_lazy():
 def test_frame_type_is_read_without_importing_cudf():
     assert B.backend_of(pd.DataFrame({'a': [1]})) == 'pandas'
     assert not B.is_cudf(pd.Series([1.]))
-    with pytest.raises(TypeError, match='Expected a pandas, cuDF or Dask DataFrame, got dict'): B.backend_of({'a': [1]})
+    with pytest.raises(TypeError, match='Expected a pandas, cuDF, Polars or Dask DataFrame, got dict'):
+        B.backend_of({'a': [1]})
     with pytest.raises(ValueError, match="backend must be 'pandas', 'cudf' or None"):
         B.to_backend(pd.DataFrame(), 'polars')
 

@@ -190,7 +190,7 @@ def test_not_a_frame(df):
              (da.from_array(df[CONTS].to_numpy()), r"got dask\.Array: convert it with \.to_dask_dataframe\(\)")]
     kw = dict(procs=PROCS, cat_names=CATS, cont_names=CONTS, y_names='income')
     for o, msg in cases:
-        msg = r"Expected a pandas, cuDF or Dask DataFrame, " + msg
+        msg = r"Expected a pandas, cuDF, Polars or Dask DataFrame, " + msg
         with pytest.raises(TypeError, match=msg): TabularGPU(o, **kw)
         with pytest.raises(TypeError, match=msg): BatchDataLoaders.from_df(o, **kw)
     with pytest.raises(TypeError, match=r"TabularGPU takes a DataFrame, not a Series: use series.to_frame\(\)"):

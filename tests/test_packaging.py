@@ -23,7 +23,7 @@ def test_settings_ini_mirrors_pyproject():
     assert ini['tst_flags'].split() == nbdev['tst_flags']
     assert ini['requirements'].split() == proj['dependencies']
     extras = proj['optional-dependencies']
-    assert set(extras) == {'cuda12', 'cuda13', 'lamb', 'onnx', 'keras', 'tf', 'dask', 'test', 'dev'}
+    assert set(extras) == {'cuda12', 'cuda13', 'lamb', 'onnx', 'keras', 'tf', 'dask', 'polars', 'test', 'dev'}
     for name, reqs in extras.items(): assert ini[f'{name}_requirements'].split() == reqs, name
 
 def test_cuda_stack_is_never_a_base_dependency():

@@ -19,7 +19,7 @@ __all__ = ['SUITES', 'int_list', 'name_list', 'run_suite', 'format_suite', 'main
 # the suites besides `fastai` (the contenders): each a module here with `run(opts) -> dict` and
 # `format_table(res) -> str` (and `add_args(group)` for options of its own); imported only when used
 SUITES = ('embeddings', 'multi_hot', 'deploy', 'metrics', 'ddp', 'scale', 'saved', 'hashing', 'target',
-          'groupby', 'stream', 'ooc', 'history')
+          'groupby', 'stream', 'ooc', 'history', 'parquet')
 
 def _suite(name): return importlib.import_module(f'.{name}', __package__)
 

@@ -33,6 +33,7 @@ from ..backend import (
     is_categorical,
     is_dask,
     is_numeric_dtype,
+    is_polars,
     nan_as_null,
     split_lists,
     to_backend,
@@ -348,7 +349,8 @@ class TabularDask(TabularGPU):
         if is_dask(df):   # its floats cast to the training frame's before the scan, which counts them as cast
             casts = float_casts(df._meta, self.float_dtypes)
             res = TabularDask(df.astype(casts) if casts else df, chunk_dir=None, **kw)
-        else: res = TabularGPU(df, inplace=inplace, **kw)
+        # a Polars frame goes to the partitions' backend, as `TabularGPU.new` sends it to its frame's
+        else: res = TabularGPU(df, inplace=inplace, backend=backend_of(self.items) if is_polars(df) else None, **kw)
         res.float_dtypes = self.float_dtypes   # the training frame's, which `process` casts its floats to
         return res
 
