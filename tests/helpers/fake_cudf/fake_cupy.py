@@ -129,6 +129,8 @@ for _name in ('sum', 'prod', 'min', 'max', 'mean', 'var', 'std', 'any', 'all', '
               'cumprod', 'nonzero', 'argsort', 'clip', 'round', 'take', 'repeat', 'squeeze', 'transpose', 'dot',
               'searchsorted', 'sort'):
     def _method(self, *a, _name=_name, **k):
+        if _name == 'argsort' and k.get('kind') not in (None, 'stable'):   # cupy/_core/core.pyx:1144-1146
+            raise NotImplementedError(f"Sort kind {k['kind']} is not supported")
         r = getattr(self._a, _name)(*(_operand(x) if not isinstance(x, (tuple, list)) else x for x in a), **k)
         return None if _name == 'sort' else _wrap(r)
     setattr(ndarray, _name, _method)

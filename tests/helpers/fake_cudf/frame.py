@@ -405,7 +405,9 @@ class Series(_Column):
     def notna(self): return Series._of(~_nulls(self._pd))
     notnull = notna
     @property
-    def has_nulls(self): return bool(_nulls(self._pd).any())
+    def has_nulls(self):
+        "the column's nulls only, not a NaN in a float column (series.py:1684-1710 @6a22d1d: `_column.has_nulls()`)"
+        return bool(self._pd.isna().any())
     def nans_to_nulls(self): return Series._of(self._pd.mask(_nulls(self._pd)), self._dtype)
     def dropna(self, axis=0, inplace=False, how=None, ignore_index=False):
         return Series._of(self._pd[~_nulls(self._pd).to_numpy()], self._dtype)
@@ -765,7 +767,8 @@ class _Accessor(_Obj):
 class StringMethods(_Accessor):
     _api, _attr = 'StringMethods', 'str'
     def split(self, pat=None, n=-1, expand=False, regex=None):
-        "`regex=None` with a `pat` longer than one character is a regular expression (accessors/string.py:2612-2616)"
+        """`regex=None` with a `pat` longer than one character is a regular expression (accessors/string.py:2612-2616
+        @v26.06.01, :2628-2632 @6a22d1d)"""
         regex = regex if regex is not None else pat is not None and len(pat) > 1
         s = self._s._pd.str.split(pat, n=n, regex=regex)
         return Series._of(pd.Series(s.to_numpy(dtype=object, na_value=None), index=s.index, name=s.name))
@@ -960,7 +963,7 @@ def column_of(ps:pd.Series, nan_as_null=True):
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e: raise MixedTypeError(str(e)) from None
     nested = pa.types.is_list(arr.type) or pa.types.is_struct(arr.type) or pa.types.is_string(arr.type)
     if compat and inferred == 'mixed' and not (nested or pa.types.is_null(arr.type)):
-        # column.py:3573-3583 @6a22d1d: with missing values counted, bools and NaN are "mixed"
+        # column.py:3553-3563 @6a22d1d: with missing values counted, bools and NaN are "mixed"
         raise MixedTypeError("Cannot create column with mixed types")
     if inferred in ('string', 'empty') or pa.types.is_string(arr.type):
         return ps.astype(_HELD_STR), np.dtype(object)
