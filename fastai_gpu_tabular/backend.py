@@ -83,21 +83,48 @@ def frame_like(like:Frame|Column, data:Any, **kwargs) -> Frame:
     return (require_cudf().DataFrame if is_cudf(like) else pd.DataFrame)(data, index=like.index, **kwargs)
 
 def series_like(like:Frame|Column, data:Any, name:Any=None) -> Column:
-    "A Series of `data` (an array on `like`'s device, or a host one) on `like`'s backend and index."
-    return (require_cudf().Series if is_cudf(like) else pd.Series)(data, index=like.index, name=name)
+    """A Series of `data` (an array on `like`'s device, or a host one) on `like`'s backend and index. A host object
+    array of missing values only goes to cuDF as a pandas Series: `cudf.Series` of it raises MixedTypeError ("Cannot
+    have all NaN values with object dtype", core/column/column.py:3680-3687 @6a22d1d), where from a pandas Series it is
+    a column of nulls, as pandas has it (a frame where no row's key is in a side table)."""
+    if not is_cudf(like): return pd.Series(data, index=like.index, name=name)
+    cudf = require_cudf()
+    if not (isinstance(data, np.ndarray) and data.dtype == object and len(data) and pd.isna(data).all()):
+        return cudf.Series(data, index=like.index, name=name)
+    res = cudf.from_pandas(pd.Series(data, dtype=object, name=name))
+    res.index = like.index
+    return res
 
 def shallow_copy(df:Frame) -> Frame:
     """A frame over `df`'s data whose columns can be set without touching `df`'s: pandas' `copy(deep=False)`; a cuDF
     row slice is a frame of its own already."""
     return df if is_cudf(df) else df.copy(deep=False)
 
+# the NA tokens of pandas' `read_csv` that libcudf's default list lacks (cpp/src/io/csv/reader_impl.cu:1108-1130
+# @6a22d1d): a `None` field is missing for fastai's `from_csv`, a string to cuDF
+CUDF_MISSING_NA = ('None',)
+
 def read_csv(path:Any, backend:str|None=None, **kwargs) -> Frame:
-    """The csv at `path`, read by cuDF when `backend` is 'cudf', else by pandas. libcudf stores `skipinitialspace` and
-    never reads it (cpp/include/cudf/io/csv.hpp:93,344 @26.10, rapidsai/cudf#6659; csv_gpu.cu:354 trims numbers
-    only): with it, cuDF's string columns are stripped here, and a field left empty is null, as pandas reads them."""
+    """The csv at `path`, read by cuDF when `backend` is 'cudf', else by pandas, as pandas reads it: `None` is missing
+    too (`CUDF_MISSING_NA`); the float columns are pandas' (libcudf parses a float digit by digit, `value += digit *
+    divisor` with an inexact `divisor /= 10`, cpp/src/io/utilities/parsing_utils.cuh:122-185 @6a22d1d: not correctly
+    rounded, so `0.3` reads 0.30000000000000004, and a float category would miss the host's rows); with
+    `skipinitialspace`, which libcudf stores and never reads (cpp/include/cudf/io/csv.hpp:93,344 @6a22d1d,
+    rapidsai/cudf#6659; csv_gpu.cu:354 trims numbers only), the header's names and the string columns are stripped of
+    their leading spaces here, a field left empty null, as pandas reads them."""
     if backend != 'cudf': return pd.read_csv(path, **kwargs)
+    if not {'na_values', 'keep_default_na', 'na_filter'} & set(kwargs):
+        kwargs = {**kwargs, 'na_values': list(CUDF_MISSING_NA)}
+    at = path.tell() if hasattr(path, 'tell') else None
     df = require_cudf().read_csv(path, **kwargs)
-    if not kwargs.get('skipinitialspace'): return df
+    strip = kwargs.get('skipinitialspace')
+    if strip: df.columns = [c.lstrip(' ') if isinstance(c, str) else c for c in df.columns]
+    floats = [c for c in df.columns if getattr(df[c].dtype, 'kind', None) == 'f']
+    if floats:   # correctly rounded, from the host: only these columns are parsed twice
+        if at is not None: path.seek(at)
+        host = pd.read_csv(path, **{**kwargs, 'usecols': floats})
+        for c in floats: df[c] = _moved(host[c].astype(df[c].dtype), df.index)
+    if not strip: return df
     for c in df.columns:
         if is_str_dtype(df[c].dtype):
             s = df[c].str.lstrip(' ')
@@ -158,6 +185,12 @@ def sorted_dictionary(col:Any) -> pd.Categorical:
     rank[used[order]] = np.arange(len(used))
     cats = pd.Index(vals.take(pa.array(order)).to_pandas())   # pandas' dtype for the strings: object, or 3's str
     return pd.Categorical.from_codes(rank[codes], dtype=pd.CategoricalDtype(cats), validate=False)
+
+def _moved(col:pd.Series, index) -> Column:
+    "A host column on the device, on `index` (a cuDF frame's)."
+    res = require_cudf().from_pandas(col)
+    res.index = index
+    return res
 
 def is_cudf(o:Any) -> bool:
     "Whether `o` is a cuDF object; checks the type's module, so it never imports cuDF."
@@ -543,10 +576,13 @@ def sorted_uniques(col:Column) -> list:
 
 def truthy(col:Column) -> Column:
     """`col.astype(bool)` as fastai's `ColSplitter` casts the column's NumPy values: NaN is True (validation). On cuDF
-    NaN is null, which the cast keeps (a null would read as training): a float column's nulls are NaN, so True; any
-    other null is pandas' None, False."""
+    NaN is null, which the cast makes False (training: a string's `astype(bool)` is "non-empty", null False,
+    core/column/string.py:265-273 @6a22d1d): a float column's nulls are NaN, so True; so are a string or categorical
+    column's (pandas' missing string and category is NaN: pandas 3's `str`, `read_csv`, a categorical's NaN); a bool
+    column's null is pandas' None, False."""
     if not is_cudf(col): return col.astype(bool)
     if col.dtype.kind == 'f': col = col.fillna(1.0)
+    if is_str_dtype(col.dtype) or is_categorical(col.dtype): return col.astype(bool) | col.isna()
     return col.astype(bool).fillna(False)
 
 def py_values(values:list) -> list:

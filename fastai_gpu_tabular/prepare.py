@@ -82,6 +82,9 @@ def prepare_columns(items:Frame, cont_names:list, y_names:list, multi_hot:dict) 
         if n not in items.columns: continue
         dt = items[n].dtype
         if is_numeric_dtype(dt) and not is_str_dtype(dt): continue
+        if getattr(dt, 'kind', None) == 'M' and bool(items[n].isna().any()):   # to_numeric makes NaT -2**63, silently
+            raise ValueError(f"continuous column {n!r} holds {int(items[n].isna().sum())} missing datetime(s) (NaT), "
+                             "which as a number would be -2**63: fill or drop them, or give the time as a number")
         try: v = as_numbers(items[n])
         except (ValueError, TypeError) as e:
             raise TypeError(f"continuous column {n!r} is not numeric ({e}): "

@@ -30,6 +30,7 @@ from fastai.tabular.all import (
     set_seed,
     tabular_learner,
 )
+from helpers.fake_cudf import parse_float
 from helpers.parity import assert_same_processing, build_both, cont_atol
 import fastai_gpu_tabular.core as fgc
 import fastai_gpu_tabular.ops.procs as fgp
@@ -216,6 +217,33 @@ def test_from_csv_skips_initial_spaces(backend, tmp_path):
         assert [type(v) for v in ours.classes[n]] == [type(v) for v in ref.classes[n]], n
     assert 'Private' in ours.classes['workclass']
     assert list(ours.train_ds.vocab) == list(ref.train_ds.vocab) == ['<=50K', '>50K']
+
+def test_from_csv_reads_what_fastai_reads(backend, tmp_path):
+    """A header written with ', ' (the names stripped, as pandas' `skipinitialspace` strips them), `None` in a number
+    and a cat column (missing for pandas, a string to libcudf's default NA tokens), prices with two decimals as a cat
+    (libcudf's float parser is not correctly rounded: 0.3 would read 0.30000000000000004): fastai's vocabularies and
+    fill values, bit for bit."""
+    rng = np.random.default_rng(0)
+    n = 400
+    price = [f'{v / 100:.2f}' for v in rng.integers(0, 2000, n)]
+    qty = [str(v) if v % 7 else 'None' for v in rng.integers(0, 50, n)]
+    color = [c if i % 9 else 'None' for i,c in enumerate(rng.choice(['red', 'green', 'blue'], n))]
+    y = rng.choice(['a', 'b'], n)
+    path = tmp_path/'shop.csv'
+    path.write_text('price, qty, color, y\n' + '\n'.join(','.join(r) for r in zip(price, qty, color, y)) + '\n')
+    kw = dict(procs=PROCS, cat_names=['price', 'color'], cont_names=['qty'], y_names='y', valid_idx=list(range(300, n)),
+              bs=64)
+    # the frame read: pandas', every float bit for bit (fastai's shrink then rounds them to float32)
+    pd.testing.assert_frame_equal(to_pandas(read_csv(path, backend, skipinitialspace=True)).astype({'color': object}),
+                                  pd.read_csv(path, skipinitialspace=True).astype({'color': object}), check_dtype=False,
+                                  check_exact=True)
+    ref = TabularDataLoaders.from_csv(path, **kw)
+    ours = BatchDataLoaders.from_csv(path, backend=backend, **kw)
+    assert sum(parse_float(p) != float(p) for p in price) > n // 10   # libcudf's parser would miss these
+    for c in ('price', 'color'):
+        assert [(type(v), v) for v in ours.classes[c]] == [(type(v), v) for v in ref.classes[c]], c
+    assert 'None' not in list(ours.classes['color']) and ours.na_dict == ref.na_dict
+    assert ours.means == ref.means and ours.stds == ref.stds
 
 # --- Normalize: float64 reductions, bool conts ----------------------------------------------------------------------
 def test_normalize_float32_and_bool_conts(backend):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter
 from fastai_gpu_tabular.all import DifferenceLag, History, ListSlice, TabularGPU
-from fastai_gpu_tabular.backend import to_pandas
+from fastai_gpu_tabular.backend import to_host, to_pandas
 from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
 from fastai_gpu_tabular.ops.history import event_values, lag_name
 
@@ -182,6 +182,30 @@ def test_datetimes_are_nanoseconds(flights):
         np.testing.assert_array_equal(event_values(t.astype(f'datetime64[{u}]'), 't', 'History')[0], ns)
     zoned = t.dt.tz_localize('America/New_York')
     np.testing.assert_array_equal(event_values(zoned, 't', 'History')[0], np.array([ts.value for ts in zoned]))
+
+def test_datetimes_on_the_backend(flights, as_backend):
+    """A datetime time on the frame's backend (cuDF: `astype('int64')` of a datetime is the int64 under it), with a
+    missing one: its nanoseconds, whatever its unit, the same on the device as pandas' Timestamps'."""
+    df, _ = flights
+    t = pd.to_datetime(df[['year', 'month', 'day', 'hour', 'minute']]).iloc[:1000]
+    ns = np.array([ts.value for ts in t])
+    for u in ('s', 'ms', 'ns'):
+        col = as_backend(pd.DataFrame({'t': t.astype(f'datetime64[{u}]').where(t.index != 3)}))['t']
+        v, miss = map(to_host, event_values(col, 't', 'History'))   # device arrays on cuDF
+        assert miss.tolist() == (t.index == 3).tolist()
+        np.testing.assert_array_equal(v[~miss], ns[~miss], err_msg=u)
+
+def test_datetime_cont_with_nat_is_an_error(ratings):
+    """A datetime time in `cont_names` with a NaT (pandas' `to_numeric` would make it -2**63, and the lags run from
+    -8.3e18): an error naming the column, before any work; the frame intact."""
+    df, _ = ratings
+    df = df.iloc[:500].assign(when=pd.to_datetime(df.timestamp.iloc[:500], unit='s'))
+    df.loc[7, 'when'] = pd.NaT
+    before = df.copy()
+    with pytest.raises(ValueError, match=r"continuous column 'when' holds 1 missing datetime\(s\) \(NaT\)"):
+        TabularGPU(df, procs=[DifferenceLag('user_id', 'when'), Categorify, FillMissing], cat_names=['user_id'],
+                   cont_names=['when'], y_names='rating')
+    pd.testing.assert_frame_equal(df, before)
 
 def test_bad_input_names_the_column(ratings):
     "A key that is no column, a time that is not a number or a datetime, one with missing times, n < 1: errors first."

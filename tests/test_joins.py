@@ -111,3 +111,24 @@ def test_table_from_parquet_arrow_and_dask(ratings, tmp_path):
         for a,b in zip(got, ref): assert torch.equal(a, b), type(src)
     with pytest.raises(ValueError, match=r"Dask side table takes \d+ bytes in memory, more than max_table_bytes=100"):
         JoinExternal(sources[-1], 'item_id', max_table_bytes=100)
+
+@pytest.mark.parametrize('rows', ['cold start', 'one new item'])
+def test_no_row_has_a_key_of_the_table(ratings, as_backend, rows):
+    """A frame where no row's key is in the table (a cold start; a one-row `new` of an item the table lacks): the
+    joined cat is all missing, `#na#` once processed, as pandas' merge gives it (on cuDF an all-None object array is
+    not a column: `cudf.Series` of it raises MixedTypeError)."""
+    df, splits, table = ratings
+    unseen = df[~df.item_id.isin(table.item_id)]
+    procs = lambda: [JoinExternal(table, 'item_id', cat_names=['main_genre'], cont_names=[]), Categorify]
+    kw = dict(cat_names=['user_id', 'item_id'], cont_names=['age'], y_names='rating')
+    before = unseen.copy()
+    if rows == 'cold start':
+        frame = unseen.iloc[:200].reset_index(drop=True)
+        to = TabularGPU(as_backend(frame), procs=procs(), splits=RandomSplitter(seed=0)(range(len(frame))), **kw)
+    else:
+        frame = unseen.iloc[:1]
+        to = TabularGPU(as_backend(df), procs=procs(), splits=splits, **kw).new(as_backend(frame))
+        to.process()
+    got = to_pandas(to.items)
+    assert len(got) == len(frame) and got.main_genre.to_numpy().tolist() == [0] * len(frame)   # `#na#`
+    pd.testing.assert_frame_equal(unseen, before)

@@ -683,3 +683,26 @@ def test_a_load_while_saved_over_is_refused(adult, tmp_path, monkeypatch):
     monkeypatch.setattr(saved, 'load_rows', saved_over)
     with pytest.raises(SavedFormatError, match=r"/s was saved over while it loaded: load it again"):
         TabularGPU.load(tmp_path/'s', verify=False, progress=False)
+
+@pytest.mark.parametrize('folder', [True, False], ids=['folder', 'file'])
+def test_replacing_makes_each_step_durable(tmp_path, monkeypatch, folder):
+    """All or nothing, and durable: every file and folder of the new version is fsynced before the swap (a crash after
+    it must find their bytes), and the parent folder after it (else the rename itself may be lost)."""
+    import fastai_gpu_tabular.atomic as atomic
+    events = []
+    monkeypatch.setattr(atomic, 'fsync_path', lambda p, f=atomic.fsync_path: (events.append(('fsync', Path(p))), f(p)))
+    def logged(f): return lambda *a: (events.append(('swap', None)), f(*a))[1]
+    monkeypatch.setattr(atomic, 'swap_in', logged(atomic.swap_in))
+    monkeypatch.setattr(atomic.os, 'replace', logged(atomic.os.replace))
+    target = tmp_path/'out'/('saved' if folder else 'saved.json')
+    for _ in range(2):   # a first write, then one over it
+        events.clear()
+        with atomic.replacing(target, folder=folder) as tmp:
+            if folder:
+                Path(tmp).mkdir(exist_ok=True)
+                (Path(tmp)/'a.npy').write_bytes(b'1')
+            else: Path(tmp).write_text('{}')
+        swap = events.index(('swap', None))
+        synced = {p for _,p in events[:swap]}
+        assert all(p in synced for p in ([Path(tmp), Path(tmp)/'a.npy'] if folder else [Path(tmp)])), events
+        assert ('fsync', target.parent) in events[swap + 1:], events

@@ -6,6 +6,7 @@ import pytest
 from fastai.tabular.all import Categorify, ColSplitter, FillMissing, Normalize, RandomSplitter, TabularPandas
 from helpers.parity import assert_same_processing
 from fastai_gpu_tabular.all import TabularGPU
+from fastai_gpu_tabular.backend import to_pandas
 
 CATS = ['workclass', 'education', 'marital-status', 'occupation', 'race']
 CONTS = ['age', 'fnlwgt', 'hours-per-week']
@@ -63,3 +64,17 @@ def test_positions_as_arrays(frame):
     b = TabularGPU(frame, splits=(np.asarray(trn.items), np.asarray(val.items)), **_kw())
     pd.testing.assert_frame_equal(a.items, b.items)
     assert list(a.items.index[:len(trn)]) == list(trn)
+
+def test_string_split_column_with_nan(frame, as_backend):
+    """A split column of strings with NaN: fastai's `ColSplitter` casts its values to bool, so a non-empty string and
+    NaN validate, an empty one trains (on cuDF a null is False to `astype(bool)`). (A categorical's NaN fails fastai's
+    splitter: its bool values hold NaN, which fastai's `mask2idxs` cannot take.)"""
+    df = frame.assign(fold=pd.Series(np.array(['v', np.nan, ''], dtype=object)[frame.age % 3], index=frame.index,
+                                     dtype=object))
+    before = df.copy()
+    ours = TabularGPU(as_backend(df), splits='fold', **_kw())
+    want = ColSplitter('fold')(df)
+    assert df.fold.isna().sum() > 0 and len(want[1]) > len(df.fold[df.fold == 'v'])   # NaN validates
+    assert ours.split == len(want[0])
+    np.testing.assert_array_equal(to_pandas(ours.items).index.to_numpy(), np.concatenate(want))
+    pd.testing.assert_frame_equal(df, before)

@@ -78,11 +78,11 @@ def _features_part(part, proc, prefix, learn:bool, path:str, starts:np.ndarray) 
     of = np.searchsorted(starts, rows, side='right') - 1
     order = np.argsort(of, kind='stable')
     counts = np.bincount(of, minlength=len(starts) - 1)
-    table = pa.table({k: a.take(pa.array(order)) for k,a in arrays.items()})
-    with pa.OSFile(path, 'wb') as f, pa.ipc.new_file(f, table.schema) as w:
+    batch = pa.RecordBatch.from_pydict({k: a.take(pa.array(order)) for k,a in arrays.items()})
+    with pa.OSFile(path, 'wb') as f, pa.ipc.new_file(f, batch.schema) as w:
         at = 0
-        for k in counts:
-            w.write_table(table.slice(at, int(k)))   # one record batch each, empty ones too: batch i is partition i's
+        for k in counts:   # a record batch each, empty ones too (`write_table` writes none for an empty slice, and
+            w.write_batch(batch.slice(at, int(k)))   # the batches would stop lining up): batch i is partition i's
             at += int(k)
     return res
 

@@ -135,3 +135,38 @@ def test_missing_times_before_the_pass(ratings, count):
     with count() as got, pytest.raises(ValueError, match=r"time column 'timestamp' holds 3334 missing value\(s\)"):
         both(df, lambda: [History('item_id', 'user_id', 'timestamp'), Categorify, FillMissing], KW)
     assert got['passes'] == 1   # the scan
+
+def loop_lags(df:pd.DataFrame, key:str, time:str) -> np.ndarray:
+    """A plain Python reference, independent of the procs: each row's time less its key's previous event's (NaN for a
+    first event or a missing key), a key's events ordered by time, then training rows first, then by position."""
+    t, k, v = df[time].tolist(), df[key].tolist(), df.is_valid.tolist()
+    last, res = {}, [np.nan] * len(df)
+    for i in sorted(range(len(df)), key=lambda i: (t[i], v[i], i)):
+        if pd.isna(k[i]): continue
+        if k[i] in last: res[i] = t[i] - last[k[i]]
+        last[k[i]] = t[i]
+    return np.array(res, dtype='f8')
+
+@pytest.mark.parametrize('parts', ['one key a partition', 'a one-row partition'])
+def test_keys_missing_from_partitions(ratings, parts):
+    """A key absent from some partitions (the frame sorted by gender: each partition holds one), and a partition of one
+    row: the lags of every row, against a plain Python loop, and the in-memory Tabular's, bit for bit."""
+    df = ratings.iloc[:4000]
+    if parts == 'one key a partition': df = df.sort_values('gender', kind='stable').reset_index(drop=True)
+    ddf = dd.concat([dd.from_pandas(df.iloc[:1], npartitions=1), dd.from_pandas(df.iloc[1:], npartitions=3,
+                                                                                sort=False)]) \
+        if parts == 'a one-row partition' else dd.from_pandas(df, npartitions=PARTS, sort=False)
+    if parts == 'one key a partition':
+        assert min(p.compute().gender.nunique() for p in ddf.to_delayed()) == 1   # a gender absent from a partition
+    else: assert len(ddf.get_partition(0).compute()) == 1
+    procs = lambda: [DifferenceLag('gender', 'timestamp'), DifferenceLag('user_id', 'timestamp'), Categorify,
+                     FillMissing]
+    kw = dict(cat_names=['user_id', 'gender'], cont_names=['timestamp'], y_names='rating', splits='is_valid')
+    td = TabularGPU(ddf, procs=procs(), progress=False, **kw)
+    got = td.items.compute().sort_index()
+    for key in ('gender', 'user_id'):   # a first event (NaN) filled with the training median
+        c = f'timestamp_lag_{key}'
+        want = loop_lags(df, key, 'timestamp')
+        np.testing.assert_array_equal(got[c].to_numpy(), np.where(np.isnan(want), td.na_dict[c], want), err_msg=c)
+    tg = TabularGPU(df, procs=procs(), **{**kw, 'splits': ColSplitter('is_valid')})
+    assert torch.equal(td.train.packed_rows()[0], tg.packed_rows()[0][:tg.split])

@@ -21,7 +21,7 @@ from . import fake_cupy
 from . import frame as F
 from .config import API_DIR, CONF, VERSIONS
 
-__all__ = ['install', 'VERSIONS', 'CUDF_STAND_IN_CANNOT']
+__all__ = ['install', 'VERSIONS', 'CUDF_STAND_IN_CANNOT', 'parse_float', 'NA_VALUES']
 
 _NO_KERNEL = "the stand-in has no libcudf kernels: {} runs only on cuDF"
 # a test function's name, or one case of it (`name[param]`): why the stand-in cannot serve it
@@ -45,20 +45,59 @@ def option_context(*args):
     finally: CONF.options.update(old)
 
 _INT = r'^\s*[-+]?\d+\s*$'
+# libcudf's default NA tokens (cpp/src/io/csv/reader_impl.cu:1108-1130 @6a22d1d, the same at v26.06.01): pandas' less
+# "None", so a `None` field is a string
+NA_VALUES = ['', '#N/A', '#N/A N/A', '#NA', '-1.#IND', '-1.#QNAN', '-NaN', '-nan', '1.#IND', '1.#QNAN', '<NA>', 'N/A',
+             'NA', 'NULL', 'NaN', 'n/a', 'nan', 'null']
+
+def parse_float(text:str) -> float:
+    """libcudf's `parse_numeric<double>` (cpp/src/io/utilities/parsing_utils.cuh:122-185 @6a22d1d): the digits of the
+    whole part as `value * 10 + digit`, of the fraction as `value += digit * divisor` with `divisor /= 10` (inexact),
+    then `value *= exp10(exponent)`: not correctly rounded (`0.3` is 0.30000000000000004). In double arithmetic without
+    nvcc's FMA contraction, which may change the last bit of some values on a GPU."""
+    t = text.strip()
+    sign = -1.0 if t[:1] == '-' else 1.0
+    if t.lstrip('+-').lower() in ('inf', 'infinity'): return sign * np.inf
+    t = t.lstrip('+-')
+    mant, _, exp = t.replace('E', 'e').partition('e')
+    whole, _, frac = mant.partition('.')
+    value = 0.0
+    for d in whole: value = value * 10 + int(d)
+    divisor = 1.0
+    for d in frac:
+        divisor /= 10
+        value += int(d) * divisor
+    if exp:
+        e = int(exp)
+        if e: value *= 10.0 ** e
+    return value * sign
 
 def read_csv(filepath_or_buffer, **kwargs):
     """cudf.read_csv (its keywords checked against cuDF's by `install`): `skipinitialspace` is stored and never read by
     libcudf (cpp/include/cudf/io/csv.hpp:93,344 @6a22d1d; nothing under cpp/src/io/csv/ reads it, and
-    csv_gpu.cu:354 trims only non-string fields; rapidsai/cudf#6659), so string fields keep their leading spaces. A
-    column of integers with empty fields is an int column with nulls (pandas reads float64 and NaN)."""
+    csv_gpu.cu:354 trims only non-string fields; rapidsai/cudf#6659), so string fields, and the header's names
+    (reader_impl.cu:141-180), keep their leading spaces. libcudf's NA tokens (`NA_VALUES`) lack "None". A column of
+    integers with empty fields is an int column with nulls (pandas reads float64 and NaN); one with no value at all
+    INT8 (reader_impl.cu:614-616 @6a22d1d). Floats are parsed as libcudf does (`parse_float`)."""
     kw = {**kwargs, 'skipinitialspace': False}
     if kw.get('delimiter'): kw['sep'] = kw.pop('delimiter')
+    user = kw.pop('na_values', None)
+    user = [user] if isinstance(user, str) else list(user or [])
+    keep = kw.pop('keep_default_na', True)
+    kw.update(keep_default_na=False, na_values=(NA_VALUES if keep else []) + user)
+    at = filepath_or_buffer.tell() if hasattr(filepath_or_buffer, 'tell') else None
     df = pd.read_csv(filepath_or_buffer, **kw)
+    if at is not None: filepath_or_buffer.seek(at)
     raw = pd.read_csv(filepath_or_buffer, **{**kw, 'dtype': str})
     res = F.from_pandas(df)
     for c in df.columns:
-        if df[c].dtype == np.float64 and df[c].isna().any() and raw[c].dropna().str.fullmatch(_INT).all():
+        if raw[c].isna().all(): res[c] = F.Series._of(pd.Series(pd.NA, index=df.index, dtype='Int8'))
+        elif df[c].dtype == np.float64 and df[c].isna().any() and raw[c].dropna().str.fullmatch(_INT).all():
             res[c] = F.Series._of(df[c].astype('Int64'))
+        elif df[c].dtype == np.float64:
+            vals = np.array([np.nan if pd.isna(v) else parse_float(v) for v in raw[c]], dtype='f8')
+            res[c] = F.Series._of(pd.Series(pd.arrays.FloatingArray(np.nan_to_num(vals), np.isnan(vals)),
+                                            index=df.index))
     return res
 
 def read_parquet(filepath_or_buffer, columns=None, filters=None, **kwargs):

@@ -349,9 +349,10 @@ class Series(_Column):
         else:
             if isinstance(data, cp.ndarray): data = data._a
             if isinstance(data, Index): data = data._pd
-            if isinstance(data, (pd.Series, pd.Index)): ps = pd.Series(data, copy=False)
-            else: ps = pd.Series(data)
-            s, shown = column_of(ps, nan_as_null=nan_as_null is not False)
+            if isinstance(data, np.ndarray) and data.dtype.kind == 'O': s, shown = _object_array(data)
+            else:
+                ps = pd.Series(data, copy=False) if isinstance(data, (pd.Series, pd.Index)) else pd.Series(data)
+                s, shown = column_of(ps, nan_as_null=nan_as_null is not False)
             s = s.set_axis(_as_index(index)._pd if index is not None else pd.RangeIndex(len(s)))
         if dtype is not None: s, shown = _cast(s, dtype), None
         if name is not no_default: s = s.rename(name)
@@ -404,7 +405,9 @@ class Series(_Column):
     def notna(self): return Series._of(~_nulls(self._pd))
     notnull = notna
     @property
-    def has_nulls(self): return bool(_nulls(self._pd).any())
+    def has_nulls(self):
+        "the column's nulls only, not a NaN in a float column (series.py:1684-1710 @6a22d1d: `_column.has_nulls()`)"
+        return bool(self._pd.isna().any())
     def nans_to_nulls(self): return Series._of(self._pd.mask(_nulls(self._pd)), self._dtype)
     def dropna(self, axis=0, inplace=False, how=None, ignore_index=False):
         return Series._of(self._pd[~_nulls(self._pd).to_numpy()], self._dtype)
@@ -764,7 +767,8 @@ class _Accessor(_Obj):
 class StringMethods(_Accessor):
     _api, _attr = 'StringMethods', 'str'
     def split(self, pat=None, n=-1, expand=False, regex=None):
-        "`regex=None` with a `pat` longer than one character is a regular expression (accessors/string.py:2612-2616)"
+        """`regex=None` with a `pat` longer than one character is a regular expression (accessors/string.py:2612-2616
+        @v26.06.01, :2628-2632 @6a22d1d)"""
         regex = regex if regex is not None else pat is not None and len(pat) > 1
         s = self._s._pd.str.split(pat, n=n, regex=regex)
         return Series._of(pd.Series(s.to_numpy(dtype=object, na_value=None), index=s.index, name=s.name))
@@ -860,8 +864,18 @@ def _cast_dtype(dtype):
 
 def _cast(s:pd.Series, dtype) -> pd.Series:
     """astype to cuDF `dtype`: 'category' sorts the distinct values, nulls left out (column.py:2330-2347 @v26.06.01);
-    a string column to a number raises ValueError where a value is not one (string.py:248-253)"""
+    a string column to a number raises ValueError where a value is not one (string.py:248-253), to bool is whether it
+    is non-empty (null False); a categorical to bool casts its values; a datetime to an int is the int64 under it"""
     held = _held_dtype(dtype)
+    if isinstance(s.dtype, pd.CategoricalDtype) and held == pd.BooleanDtype():   # the values' cast (categorical.py)
+        s = _held(s.astype(s.cat.categories.dtype))
+    if isinstance(s.dtype, pd.StringDtype) and held == pd.BooleanDtype():
+        # string.py:265-273 @6a22d1d (:230-238 @v26.06.01): `count_characters() > 0`, null then False
+        return (s.str.len() > 0).fillna(False).astype(held)
+    if s.dtype.kind == 'M' and isinstance(held, pd.api.extensions.ExtensionDtype) and held.kind in 'iu':
+        # temporal_base.py:315-335 @6a22d1d: the int64 under the column (its unit's count, UTC), nulls kept, then cast
+        return pd.Series(pd.arrays.IntegerArray(s.array.asi8.copy(), s.isna().to_numpy()), index=s.index,
+                         name=s.name).astype(held)
     if isinstance(s.dtype, pd.StringDtype) and not isinstance(held, (pd.StringDtype, pd.CategoricalDtype)) and \
        held != 'category':
         nums = pd.to_numeric(s.astype(object).where(s.notna(), None), errors='raise')
@@ -949,7 +963,7 @@ def column_of(ps:pd.Series, nan_as_null=True):
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e: raise MixedTypeError(str(e)) from None
     nested = pa.types.is_list(arr.type) or pa.types.is_struct(arr.type) or pa.types.is_string(arr.type)
     if compat and inferred == 'mixed' and not (nested or pa.types.is_null(arr.type)):
-        # column.py:3573-3583 @6a22d1d: with missing values counted, bools and NaN are "mixed"
+        # column.py:3553-3563 @6a22d1d: with missing values counted, bools and NaN are "mixed"
         raise MixedTypeError("Cannot create column with mixed types")
     if inferred in ('string', 'empty') or pa.types.is_string(arr.type):
         return ps.astype(_HELD_STR), np.dtype(object)
@@ -958,6 +972,16 @@ def column_of(ps:pd.Series, nan_as_null=True):
         held = pd.Series(pd.arrays.ArrowExtensionArray(arr), index=ps.index, name=ps.name)
         return held, _shown_dtype(held.dtype)
     raise NotImplementedError(f"the cuDF stand-in does not hold {arr.type} columns")
+
+def _object_array(a:np.ndarray) -> tuple:
+    """`as_column` of a NumPy object array (column.py:3680-3690 @6a22d1d, :3548-3558 @v26.06.01): all missing is a
+    MixedTypeError; some missing, Arrow's `pa.array` of it (so ints with None are ints, a NaN among strings an Arrow
+    error); none, a pandas Series of it. `(held, dtype)`, as `column_of`."""
+    na = pd.isna(a)
+    if not na.any(): return column_of(pd.Series(a))
+    if na.all(): raise MixedTypeError("Cannot have all NaN values with object dtype.")
+    held = _held(pd.Series(pd.arrays.ArrowExtensionArray(pa.array(a))))
+    return held, _shown_dtype(held.dtype)
 
 def _arrow_held(t:pa.Table) -> pd.DataFrame:
     "An Arrow table as the stand-in holds it: Arrow's nulls as nulls (a float's NaN stays NaN: `from_arrow` keeps it)"
