@@ -114,3 +114,13 @@ def test_bad_input_is_named_and_frame_unchanged(ratings):
     with pytest.raises(ValueError, match='empty'): Groupby('user_id', aggs={'rating': 'sum'})(df.iloc[:0])
     with pytest.raises(TypeError, match='DataFrame'): Groupby('user_id')(df.to_dict())
     pd.testing.assert_frame_equal(df, before)
+
+def test_groupby_recipe(ratings):
+    "docs/groupby.md's block runs as written: each user's items, in time order, a multi-hot column of TabularGPU."
+    from helpers.recipes import recipe
+    ns = {}
+    exec(compile(recipe('groupby'), '<recipe groupby>', 'exec'), ns)
+    users, to = ns['users'], ns['to']
+    assert len(users) == ns['ratings'].user_id.nunique() and len(to.items) == len(users)
+    first = ns['ratings'].sort_values('timestamp', kind='stable').groupby('user_id').item_id.agg(list).iloc[0]
+    assert list(users.item_id_list.iloc[0]) == first

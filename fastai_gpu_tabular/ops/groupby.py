@@ -91,9 +91,8 @@ class JoinGroupby(TabularProc):
         self.groups,self.defaults = {},{}
         for x in self.conts:
             v = df[x].astype('float64')
-            d = {'mean': v.mean(), 'std': v.std(ddof=0), 'var': v.var(ddof=0), 'min': v.min(), 'max': v.max()}
-            self.defaults[x] = {**EMPTY_STATS, **{s: float(d[s]) for s in self.stats if s not in EMPTY_STATS}}
-            self.defaults[x].setdefault('mean', float(d['mean']))   # check_defaults reads it
+            need = [s for s in self.stats if s not in EMPTY_STATS] + ['mean']   # check_defaults reads the mean
+            self.defaults[x] = {**EMPTY_STATS, **{s: float(_stat(v, s)) for s in dict.fromkeys(need)}}
         self.check_defaults()
         for n,cols in self.keys.items():
             res = {}
