@@ -9,6 +9,7 @@ from .ops.procs import *
 from .ops.hashing import *
 from .ops.target import *
 from .ops.groupby import *
+from .ops.aggregate import *
 from .ops.history import *
 from .ops.joins import *
 from .ops.numeric import *

@@ -133,3 +133,81 @@ def test_bench_suite_small():
     res = groupby_suite(rows=20_000, names=('C4', 'C16'), conts=('I1', 'I5'), repeat=1)
     assert res['columns'] == 12 and res['max_abs_diff'] == 0
     assert set(res['results']) == {'pandas groupby + merge', 'JoinGroupby'} and 'JoinGroupby' in format_table(res)
+
+STATS = ('count', 'sum', 'mean', 'std', 'var', 'min', 'max')
+
+def _want_key(train, rows, cols, x):
+    """pandas: the training rows' groupby on the key columns `cols` (a missing part a value), every statistic, looked
+    up for `rows`; unseen: count and sum 0, the others the statistic of all training rows."""
+    key = lambda d: [d[c].astype(object).fillna('<missing>') for c in cols]
+    by = train[x].groupby(key(train))
+    g = pd.DataFrame({s: getattr(by, s)(**({'ddof': 0} if s in ('std', 'var') else {})) for s in STATS})
+    idx = pd.MultiIndex.from_arrays(key(rows)) if len(cols) > 1 else key(rows)[0]
+    res = g.reindex(idx).set_axis(rows.index)
+    v = train[x]
+    whole = {'count': 0., 'sum': 0., 'mean': v.mean(), 'std': v.std(ddof=0), 'var': v.var(ddof=0), 'min': v.min(),
+             'max': v.max()}
+    return {s: res[s].fillna(whole[s]).to_numpy('f8') for s in STATS}
+
+def test_every_stat_and_a_key_of_two_columns(backend, as_backend):
+    """sum, var, min and max beside count, mean and std, and a key of two columns (no cross made first), named
+    `a_b_x_stat`: pandas' groupby of the training rows, for training rows and a later frame with unseen pairs."""
+    df = load_adult().iloc[:8000].assign(age=lambda d: d['age'].astype('float64'))
+    df.loc[df.index[::7], 'age'] = np.nan
+    splits = RandomSplitter(seed=0)(range(len(df)))
+    test = df.iloc[splits[1]].copy()
+    test.loc[test.index[::5], 'education'] = 'Not-an-education'
+    jg = JoinGroupby(['occupation', ['education', 'gender']], 'age', stats=STATS)
+    before = df.copy()
+    to = TabularGPU(as_backend(df), procs=[jg, FillMissing], cat_names=['occupation', 'education', 'gender'],
+                    cont_names=['age'],
+                    y_names='income', splits=splits)
+    pd.testing.assert_frame_equal(df, before)
+    assert jg.made_names == [f'{k}_age_{s}' for k in ('occupation', 'education_gender') for s in STATS]
+    new = to.new(as_backend(test))
+    new.process()
+    train, n = df.iloc[splits[0]], len(splits[0])
+    u, big = np.finfo('f8').eps / 2, float(train['age'].abs().max())
+    for cols in (['occupation'], ['education', 'gender']):
+        for rows,got in ((train, to_pandas(to.items).iloc[:n]), (test, to_pandas(new.items))):
+            want, c = _want_key(train, rows, cols, 'age'), '_'.join(cols) + '_age'
+            for s in STATS:
+                a = got[f'{c}_{s}'].to_numpy()
+                if backend == 'pandas' or s in ('count', 'min', 'max'): np.testing.assert_array_equal(a, want[s], c + s)
+                else:   # cuDF adds in another order: test_adult_is_pandas_groupby's bounds (a sum: n times the mean's)
+                    tol = {'sum': 2 * (n + 4) * u * big * n, 'mean': 2 * (n + 4) * u * big,
+                           'var': 4 * (n + 4) * u * big ** 2}
+                    if s == 'std': a, w, t = a ** 2, want[s] ** 2, tol['var']
+                    else: w, t = want[s], tol[s]
+                    np.testing.assert_allclose(a, w, rtol=0, atol=t, err_msg=c + s)
+    unseen = test['education'].eq('Not-an-education').to_numpy()
+    assert (to_pandas(new.items)['education_gender_age_count'].to_numpy()[unseen] == 0).all()
+
+def test_key_options_are_checked():
+    with pytest.raises(TypeError, match='names'): JoinGroupby([['a', 2]], 'x')
+    with pytest.raises(ValueError, match='median'): JoinGroupby('a', 'x', stats=('sum', 'median'))
+    assert JoinGroupby([['a']], 'x').names == ['a']   # one column in a list is that column
+
+def test_saved_and_loaded_with_a_key_of_two_columns(tmp_path):
+    "The groups of a two-column key (a MultiIndex with missing parts) and the new stats survive save and load."
+    df = load_adult().iloc[:3000].assign(age=lambda d: d['age'].astype('float64'))
+    jg = JoinGroupby([['occupation', 'gender'], 'education'], 'age', stats=STATS)
+    to = TabularGPU(df, procs=[jg, Categorify], cat_names=['occupation', 'gender', 'education'], cont_names=['age'],
+                    y_names='income')
+    to.save(tmp_path/'t')
+    back = TabularGPU.load(tmp_path/'t')
+    jb = next(p for p in back.procs.fs if isinstance(p, JoinGroupby))
+    assert jb.names == jg.names and jb.defaults == jg.defaults
+    for n,g in jg.groups.items():   # the index's values (a categorical's come back as its values)
+        assert list(map(str, jb.groups[n].index)) == list(map(str, g.index))
+        np.testing.assert_array_equal(jb.groups[n].to_numpy(), g.to_numpy())
+    pd.testing.assert_frame_equal(jb.joined(df), jg.joined(df), check_exact=True)
+
+def test_export_onnx_refuses_a_key_of_two_columns(tmp_path):
+    pytest.importorskip('onnx')
+    from fastai_gpu_tabular.all import export_onnx, tabular_learner
+    df = load_adult().iloc[:2000].assign(age=lambda d: d['age'].astype('float64'))
+    to = TabularGPU(df, procs=[JoinGroupby([['occupation', 'gender']], 'age'), Categorify],
+                    cat_names=['occupation', 'gender'], cont_names=['age'], y_names='income')
+    learn = tabular_learner(to.dataloaders(bs=256), layers=[4])
+    with pytest.raises(TypeError, match=r"\['occupation', 'gender'\]"): export_onnx(learn, tmp_path/'m.onnx')

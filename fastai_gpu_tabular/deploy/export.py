@@ -109,6 +109,10 @@ def _procs(to) -> dict:
                              "earlier rows and the last events it learned, which a graph of independent rows does not "
                              "have (ListSlice: lists cut in the graph are not done yet). Serve such a learner with "
                              "`learn.dls.test_dl(df)` or `learn.predict(row)`, which follow the learned state")
+    multi = [n for t in to.procs.fs if isinstance(t, JoinGroupby) for n in t.names if not isinstance(n, str)]
+    if multi: raise TypeError(f"export_onnx cannot put JoinGroupby's key(s) {multi} of several columns in the graph: "
+                              "its lookup takes one column. Group by one column (a HashedCross of them, say), or "
+                              "serve with `learn.dls.test_dl(df)`")
     for t in to.procs.fs:
         kind = next((k for c,k in ONNX_PROCS.items() if isinstance(t, c)), None)
         if kind == 'te' and t.parts: res.setdefault(kind, []).extend(t.parts)   # a proc a target (`targets`)

@@ -202,16 +202,28 @@ def _hashing_state(p) -> dict:
             'seed': int(p.seed)}
 def _hashing_restore(cls): return lambda s: cls(s['names'], s['num_buckets'], s['seed'])
 
-def _enc_frame(df:pd.DataFrame, where:str) -> dict:
-    "A float frame by category (TargetEncode's `encodings`, JoinGroupby's `groups`): its index typed, its columns."
-    return {'index': encode_values(list(df.index), f"{where}.index"), 'index_dtype': str(df.index.dtype),
-            'columns': [str(c) for c in df.columns],
-            'values': [encode_values([float(v) for v in df[c]], where) for c in df.columns]}
+def _enc_index(idx:pd.Index, where:str) -> dict:
+    return {'index': encode_values(list(idx), f"{where}.index"), 'index_dtype': str(idx.dtype)}
 
-def _dec_frame(d:dict) -> pd.DataFrame:
+def _dec_index(d:dict) -> pd.Index:
     idx, dt = pd.Index(decode_values(d['index']), dtype=object), d['index_dtype']
     if dt not in (*_NUMPY, 'object', 'str', 'string', 'category'): raise ValueError(f"an index of dtype {dt!r}")
     if dt not in ('object', 'category'): idx = idx.astype(dt)   # a categorical's: its values are what procs read
+    return idx
+
+def _enc_frame(df:pd.DataFrame, where:str) -> dict:
+    """A float frame by category (TargetEncode's `encodings`, JoinGroupby's `groups`): its index typed (a MultiIndex,
+    a key of several columns: each level's values and its names), its columns."""
+    if isinstance(df.index, pd.MultiIndex):
+        lv = [_enc_index(df.index.get_level_values(i), where) for i in range(df.index.nlevels)]
+        idx = {'levels': lv, 'names': [str(n) for n in df.index.names]}
+    else: idx = _enc_index(df.index, where)
+    return {**idx, 'columns': [str(c) for c in df.columns],
+            'values': [encode_values([float(v) for v in df[c]], where) for c in df.columns]}
+
+def _dec_frame(d:dict) -> pd.DataFrame:
+    idx = (pd.MultiIndex.from_arrays([_dec_index(x) for x in d['levels']], names=d['names']) if 'levels' in d
+           else _dec_index(d))
     return pd.DataFrame({c: decode_values(v) for c,v in zip(d['columns'], d['values'], strict=True)}, index=idx,
                         dtype='float64')
 

@@ -147,3 +147,40 @@ def test_cont_with_no_training_value():
     with pytest.raises(ValueError, match=r"JoinGroupby: continuous column\(s\) \['age'\] are entirely NaN"):
         TabularGPU(_uneven(df), splits='is_valid', progress=False, procs=[JoinGroupby(names, conts), FillMissing],
                    cat_names=names, cont_names=conts, y_names=y)
+
+STATS = ('count', 'sum', 'mean', 'std', 'var', 'min', 'max')
+
+def test_every_stat_and_a_key_of_two_columns():
+    """sum, var, min, max and a key of two columns over uneven partitions: counts, mins and maxs exact, the categories
+    and the defaults bit for bit, one partition the same bits; sums within (k + 1) u k X of pandas' (Kahan's adds within
+    2u sum|v|, the row-order ones (k - 1) u sum|v|, sum|v| <= k X), means and variances within `_check_groups`'."""
+    load, _, conts, y = CASES['movielens']
+    df = load()
+    names = ['userId', ['movieId', 'userId']]
+    kw = lambda: dict(procs=[JoinGroupby(names, conts, stats=STATS), Categorify, FillMissing],
+                      cat_names=['userId', 'movieId'], cont_names=conts, y_names=y)
+    to = TabularGPU(_uneven(df), splits='is_valid', progress=False, **kw())
+    tg = TabularGPU(df, splits=ColSplitter('is_valid')(df), **kw())
+    a, b = to.procs.fs[0], tg.procs.fs[0]
+    assert a.defaults == b.defaults and a.made_names == b.made_names
+    assert 'movieId_userId_rating_sum' in a.made_names
+    train = df[~df.is_valid]
+    for n,cols in b.keys.items():
+        ga, gb = a.groups[n], b.groups[n]
+        assert [tuple(map(str, k)) if isinstance(k, tuple) else str(k) for k in ga.index] == \
+               [tuple(map(str, k)) if isinstance(k, tuple) else str(k) for k in gb.index]
+        for x in conts:
+            c = f'{n}_{x}'
+            for s in ('count', 'min', 'max'): np.testing.assert_array_equal(ga[f'{c}_{s}'], gb[f'{c}_{s}'])
+            big = train[x].abs().groupby([train[k] for k in cols], dropna=False).max().reindex(gb.index).to_numpy()
+            k = gb[f'{c}_count'].to_numpy()
+            np.testing.assert_array_less(np.abs(ga[f'{c}_sum'] - gb[f'{c}_sum']), (k + 1) * U * k * np.nan_to_num(big)
+                                         + np.finfo('f8').tiny)
+            ok = k > 0
+            assert (np.abs(ga[f'{c}_mean'] - gb[f'{c}_mean'])[ok] <= ((k + 4) * U * big)[ok]).all()
+            assert (np.abs(ga[f'{c}_var'] - gb[f'{c}_var'])[ok] <= ((22 * k + 46) * U * big ** 2)[ok]).all()
+    with dask.config.set({'dataframe.convert-string': False}): one = dd.from_pandas(df, npartitions=1)
+    a1 = TabularGPU(one, splits='is_valid', progress=False, **kw()).procs.fs[0]
+    for n in a.groups: pd.testing.assert_frame_equal(a.groups[n], a1.groups[n], check_exact=True)
+    got = to.items[a.made_names].compute()
+    pd.testing.assert_frame_equal(got, a.joined(df), check_exact=True)
