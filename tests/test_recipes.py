@@ -192,6 +192,32 @@ def test_history_recipe_gives_the_chapters_importances(workdir):
     assert set(HISTORY_TOP[1:3]) <= set(imp.index[1:5]), imp.head(8)
     assert set(imp.index[len(imp) // 2:]) >= {'occupation', 'gender', 'timestamp'}, imp
 
+def test_nvtabular_recipe(workdir):
+    """docs/nvtabular.md's port of NVTabular's MovieLens workflow: the side table's column joined as pandas' merge
+    joins it (then filled and normalized as fastai's procs do), fastai's vocabularies, the label made in pandas, and
+    one row per user whose list is the user's movies in time order."""
+    from fastai.tabular.all import (
+        Categorify,
+        CategoryBlock,
+        FillMissing,
+        Normalize,
+        RandomSplitter,
+        TabularPandas,
+        range_of,
+    )
+    ns = run_block('nvtabular-movielens')
+    to, ratings, movies, sessions = ns['to'], ns['ratings'], ns['movies'], ns['sessions']
+    assert 'release_year' in to.cont_names
+    # the joined column keeps the table's float64 (no shrink over it): fastai's on the merged frame, unshrunk
+    ref = TabularPandas(ratings.merge(movies, on='item_id', how='left'), procs=[Categorify, FillMissing, Normalize],
+                        cat_names=['user_id', 'item_id'], cont_names=['release_year'], y_names='label',
+                        y_block=CategoryBlock(), splits=RandomSplitter(seed=0)(range_of(ratings)), reduce_memory=False)
+    assert all(list(to.classes[n]) == list(ref.classes[n]) for n in ('user_id', 'item_id'))
+    assert to.means['release_year'] == ref.means['release_year'] and to.stds['release_year'] == ref.stds['release_year']
+    assert len(sessions) == ratings.user_id.nunique() and (sessions.item_id_count == sessions.item_id_list.map(len)).all()
+    last = ratings.sort_values('timestamp', kind='stable').groupby('user_id').item_id.agg(list)
+    assert [list(v) for v in sessions.item_id_list] == list(last)
+
 def test_metrics_recipe(workdir):
     """The metrics recipe on MovieLens 100K (users as the ranking groups): every metric in the fit table, finite, and
     the model ranks each user's movies better than chance (AUC over 0.6, as it learns who likes what)."""
