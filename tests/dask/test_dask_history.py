@@ -22,6 +22,7 @@ from fastai_gpu_tabular.all import (
     TabularGPU,
 )
 from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
+from fastai_gpu_tabular.ops.numeric import qcut_bins
 
 @pytest.fixture(autouse=True)
 def _sync():
@@ -108,7 +109,11 @@ def test_row_procs_are_the_in_memory_ones(ratings, movies, count, held):
     among them) with no pass; ListSlice's lists cost
     Categorify a pass for their elements and one for their lengths, and the joined cont (which is not held) one for its
     missing values, then FillMissing's median and Normalize two each."""
-    with count() as got: td, tg = both(ratings, row_procs(movies), KW)
+    # the validation rows are the oldest users': the training rows' age quartiles are not all rows' (with a random
+    # split of integer ages they are, and edges learned from every row would pass unseen)
+    df = ratings.assign(is_valid=ratings.age > ratings.age.quantile(0.7))
+    assert list(qcut_bins(df.age[~df.is_valid].astype('f8'), 4)) != list(qcut_bins(df.age.astype('f8'), 4))
+    with count() as got: td, tg = both(df, row_procs(movies), KW)
     # the scan; the cut lists' elements and lengths; the joined cont's missing values; the median's sample and
     # bracket; Normalize's sums and squares; the write; spilled: NormalizeMinMax's and Bucketize's training values too
     assert got['passes'] == 1 + 2 + 1 + 2 + 2 + 1 + (0 if held else 2)
