@@ -175,3 +175,25 @@ def test_keys_missing_from_partitions(ratings, parts):
         np.testing.assert_array_equal(got[c].to_numpy(), np.where(np.isnan(want), td.na_dict[c], want), err_msg=c)
     tg = TabularGPU(df, procs=procs(), **{**kw, 'splits': ColSplitter('is_valid')})
     assert torch.equal(td.train.packed_rows()[0], tg.packed_rows()[0][:tg.split])
+
+def loop_history(df:pd.DataFrame, name:str, key:str, time:str, n:int) -> list:
+    """A plain Python reference, independent of the procs: each row's key's last `n` earlier events' `name`, the
+    latest first (empty for a first event or a missing key), events ordered as `loop_lags` orders them."""
+    t, k, x, v = df[time].tolist(), df[key].tolist(), df[name].tolist(), df.is_valid.tolist()
+    seen, res = {}, [[] for _ in range(len(df))]
+    for i in sorted(range(len(df)), key=lambda i: (t[i], v[i], i)):
+        if pd.isna(k[i]): continue
+        res[i] = seen.get(k[i], [])[-n:][::-1]
+        seen.setdefault(k[i], []).append(x[i])
+    return res
+
+def test_history_lists_against_a_loop(ratings):
+    """Each row's list of its user's last 3 earlier movies on Dask (users spread over every partition) is a plain
+    Python loop's: the row's own movie never in it, the latest first."""
+    df = ratings.iloc[:6000]
+    procs = [History('item_id', 'user_id', 'timestamp', n=3), Categorify]
+    td = TabularGPU(dd.from_pandas(df, npartitions=PARTS, sort=False), procs=procs, splits='is_valid', progress=False,
+                    cat_names=['user_id', 'item_id'], cont_names=['timestamp'], y_names='rating')
+    got = td.items.compute().sort_index()['item_id_last3_user_id']
+    want = loop_history(df, 'item_id', 'user_id', 'timestamp', 3)
+    assert sum(map(len, want)) > 5000 and [list(g) for g in got] == want
