@@ -51,6 +51,13 @@ def test_read_csv_keeps_header_spaces(cudf):
     "cpp/src/io/csv/reader_impl.cu:141-180 @6a22d1d: the header is not trimmed, whatever `skipinitialspace`"
     assert list(cudf.read_csv(io.StringIO('a, b\n1,2\n'), skipinitialspace=True).columns) == ['a', ' b']
 
+def test_float32_fillna_refuses_pi(cudf):
+    """core/column/numerical.py:1261-1270 @6a22d1d (:941-950 @v26.06.01): `can_cast_safely` of a float64 value to a
+    narrower float is False where it is exactly π, so fillna raises; another float64 value is cast"""
+    s = cudf.Series(np.array([1.0, np.nan], dtype=np.float32))
+    with pytest.raises(TypeError, match='Cannot safely cast'): s.fillna(np.pi)
+    assert s.fillna(0.5).to_pandas().tolist() == [1.0, 0.5]
+
 def test_string_astype_bool_is_non_empty(cudf):
     "core/column/string.py:265-273 @6a22d1d: `count_characters() > 0`, a null False"
     s = cudf.from_pandas(pd.Series(['a', None, ''], dtype=object))
@@ -316,6 +323,19 @@ def test_cupy_bincount_sums(cudf):
     assert cupy.bincount(x).get().tolist() == [1, 2, 0, 1]
     w = cupy.asarray(np.array([0.5, 0.25, 0.25, 1.0]))
     assert np.allclose(cupy.bincount(x, weights=w).get(), [0.5, 0.5, 0.0, 1.0])
+
+def test_cupy_bincount_of_nothing_is_intp_zeros(cudf):
+    "cupy/_statistics/histogram.py:555-558 @v14.2.0: an empty `x` gives intp zeros, weights or not"
+    import cupy
+    empty = cupy.asarray(np.array([], dtype=np.int64))
+    r = cupy.bincount(empty, weights=cupy.asarray(np.array([], dtype=np.float64)), minlength=3)
+    assert r.dtype == np.intp and r.get().tolist() == [0, 0, 0]
+
+def test_cupy_array_function_is_cupys(cudf):
+    "cupy/_core/core.pyx:2028-2044 @v14.2.0: a NumPy function over device arrays is CuPy's of that name"
+    a = cudf.Series([1, 2]).values
+    r = np.concatenate([a, a])
+    assert type(r).__module__ == 'cupy' and r.get().tolist() == [1, 2, 1, 2]
 
 # --- Dask -------------------------------------------------------------------------------------------------------------
 @pytest.mark.cudf(needs=['dask_cudf'])
