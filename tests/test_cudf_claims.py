@@ -13,6 +13,15 @@ pytestmark = pytest.mark.cudf
 @pytest.fixture
 def cudf(): return require_cudf()
 
+def _line(cudf) -> str: return '.'.join(cudf.__version__.split('.')[:2])
+def on(version):
+    "A case of one cuDF line's behaviour: skipped on the other, which the case beside it holds"
+    return pytest.mark.skipif(f"_line_now() != '{version}'", reason=f"cuDF {version}'s behaviour: another line runs")
+def _line_now() -> str:
+    "The cuDF line here, or '' where there is no cuDF (the `cudf` marker then skips the case)"
+    try: return _line(require_cudf())
+    except Exception: return ''
+
 def test_all_missing_object_array_is_refused(cudf):
     "column.py:3680-3687 @6a22d1d: `cudf.Series` of an object array of missing values only"
     with pytest.raises(TypeError, match='Cannot have all NaN values with object dtype'):
@@ -41,6 +50,13 @@ def test_read_csv_all_empty_column_is_int8(cudf):
 def test_read_csv_keeps_header_spaces(cudf):
     "cpp/src/io/csv/reader_impl.cu:141-180 @6a22d1d: the header is not trimmed, whatever `skipinitialspace`"
     assert list(cudf.read_csv(io.StringIO('a, b\n1,2\n'), skipinitialspace=True).columns) == ['a', ' b']
+
+def test_float32_fillna_refuses_pi(cudf):
+    """core/column/numerical.py:1261-1270 @6a22d1d (:941-950 @v26.06.01): `can_cast_safely` of a float64 value to a
+    narrower float is False where it is exactly π, so fillna raises; another float64 value is cast"""
+    s = cudf.Series(np.array([1.0, np.nan], dtype=np.float32))
+    with pytest.raises(TypeError, match='Cannot safely cast'): s.fillna(np.pi)
+    assert s.fillna(0.5).to_pandas().tolist() == [1.0, 0.5]
 
 def test_string_astype_bool_is_non_empty(cudf):
     "core/column/string.py:265-273 @6a22d1d: `count_characters() > 0`, a null False"
@@ -87,3 +103,255 @@ def test_cupy_log1p_within_one_ulp(cudf):
     got = np.log1p(cudf.Series(x).values).get()
     exact = np.log1p(x.astype(np.longdouble))
     assert (np.abs(got - exact) <= np.spacing(np.abs(got))).all()
+
+# --- dtypes -----------------------------------------------------------------------------------------------------------
+@on('26.06')
+def test_string_result_dtype_is_object_on_26_06(cudf):
+    "utils/dtypes.py:636 @v26.06.01: a string column an operation makes shows NumPy's object"
+    assert cudf.Series([1, 2]).astype('str').dtype == np.dtype(object)
+
+@on('26.10')
+def test_string_result_dtype_is_pandas_str_on_26_10(cudf):
+    "utils/dtypes.py:24,642 @6a22d1d: `DEFAULT_STRING_DTYPE`, pandas' `StringDtype(na_value=nan)`"
+    assert cudf.Series([1, 2]).astype('str').dtype == pd.StringDtype(na_value=np.nan)
+
+def test_categorical_dtype_is_cudf_own(cudf):
+    "dtypes.py:160-166 @v26.06.01: `_BaseDtype(ExtensionDtype, Serializable)`, its categories a cuDF Index"
+    dt = cudf.Series(['b', 'a']).astype('category').dtype
+    assert not isinstance(dt, pd.CategoricalDtype) and isinstance(dt.categories, cudf.Index) and dt == 'category'
+
+@on('26.06')
+def test_categorical_codes_unsigned_on_26_06(cudf):
+    "dtypes.py:248-250 @v26.06.01: the smallest unsigned int that holds the categories"
+    assert cudf.Series(['b', 'a']).astype('category').cat.codes.dtype == np.uint8
+
+@on('26.10')
+def test_categorical_codes_signed_on_26_10(cudf):
+    "dtypes.py:254-270, accessors/categorical.py:88-98 @6a22d1d: pandas' codes dtype, signed"
+    assert cudf.Series(['b', 'a']).astype('category').cat.codes.dtype == np.int8
+
+def test_list_dtype_and_len(cudf):
+    "dtypes.py:368,401 @v26.06.01: ListDtype named 'list'; accessors/lists.py:223-245: `len` int32, null for null"
+    s = cudf.Series([[1], None, [2, 3]])
+    n = s.list.len()
+    assert s.dtype.name == 'list' and n.dtype == np.int32 and n.null_count == 1
+
+def test_mixed_type_error_is_a_type_error(cudf):
+    "errors.py:9 @6a22d1d: `class MixedTypeError(TypeError)`"
+    assert issubclass(cudf.errors.MixedTypeError, TypeError)
+
+# --- NumPy's protocols ------------------------------------------------------------------------------------------------
+def test_ufunc_runs_on_the_device_keeping_the_index(cudf):
+    "indexed_frame.py:5155-5190, utils/utils.py:65-90 @6a22d1d: CuPy's ufunc of that name, on the same index"
+    r = np.sqrt(cudf.Series([4.0, 9.0], index=[5, 6]))
+    assert isinstance(r, cudf.Series) and r.index.to_pandas().tolist() == [5, 6]
+    assert r.to_pandas().tolist() == [2.0, 3.0]
+
+def test_numpy_unique_of_a_series_is_sorted(cudf):
+    "series.py:1192-1250 @6a22d1d: a NumPy function is the Series method of that name, `unique` then sorted"
+    r = np.unique(cudf.Series([3, 1, 3]))
+    assert isinstance(r, cudf.Series) and r.to_pandas().tolist() == [1, 3]
+
+def test_in_looks_at_a_series_index(cudf):
+    "series.py:690-692 @6a22d1d: `item in self.index`"
+    s = cudf.Series([10, 20])
+    assert 1 in s and 10 not in s
+
+def test_bool_with_nulls_has_no_device_array(cudf):
+    "column/numerical.py:149-172 @6a22d1d: 'Column must have no nulls.'"
+    s = cudf.Series([True, None])
+    with pytest.raises(ValueError, match='must have no nulls'): s.to_cupy()
+
+def test_to_numpy_with_nulls_needs_na_value(cudf):
+    "core/frame.py:636-651 @6a22d1d (`_to_array`): nulls with a dtype asked for and no `na_value` are an error"
+    s = cudf.Series([1, None])
+    with pytest.raises(ValueError): s.to_numpy(dtype='int64')
+    assert s.to_numpy(dtype='int64', na_value=0).tolist() == [1, 0]
+
+def test_to_pandas_of_nulls(cudf):
+    "column.py:1132-1166 @v26.06.01: through Arrow, ints with nulls float64 and NaN, bools with nulls objects and None"
+    i, b = cudf.Series([1, None]).to_pandas(), cudf.Series([True, None]).to_pandas()
+    assert i.dtype == np.float64 and np.isnan(i[1]) and b.dtype == object and b[1] is None
+
+# --- missing values, reductions ---------------------------------------------------------------------------------------
+def test_nan_is_null_to_isna(cudf):
+    "core/column/numerical.py:219-234 @6a22d1d: `isnull` of a float column is its nulls or its NaN"
+    s = cudf.Series([0.0, 1.0]) / 0.0
+    assert s.isna().to_pandas().tolist() == [True, False] and s.notna().to_pandas().tolist() == [False, True]
+
+def test_reductions_skip_nulls(cudf):
+    "column.py:2945-2990 @6a22d1d: nulls dropped, nothing left is NaN (sum 0, product 1)"
+    assert cudf.Series([1.0, None, 2.0]).sum() == 3.0
+    e = cudf.Series([None, None], dtype='float64')
+    assert e.sum() == 0 and e.product() == 1 and np.isnan(e.mean())
+
+def test_any_all_of_empty(cudf):
+    "series.py:2039-2076 @6a22d1d: nulls skipped; an empty column is all, and not any"
+    e = cudf.Series([], dtype='bool')
+    assert bool(e.all()) and not bool(e.any())
+
+def test_sort_values_of_a_categorical_by_codes(cudf):
+    "column.py:2234-2251 @v26.06.01, categorical.py:111-122: a categorical sorts by its codes, not its values"
+    s = cudf.Series(['a', 'b', 'a']).astype(cudf.CategoricalDtype(['b', 'a']))
+    assert s.sort_values().to_pandas().tolist() == ['b', 'a', 'a']
+
+@on('26.06')
+def test_value_counts_unsorted_counts_on_26_06(cudf):
+    """series.py:3205, indexed_frame.py:5646 @v26.06.01: groups with sort=False, in the hash table's order (not
+    asserted: not first appearance, not stable), the counts right"""
+    vc = cudf.Series([3, 1, 3, 2]).value_counts(sort=False).to_pandas()
+    assert dict(vc) == {3: 2, 1: 1, 2: 1}
+
+@on('26.10')
+def test_value_counts_unsorted_by_first_position_on_26_10(cudf):
+    "series.py:3341-3364 @6a22d1d: with sort=False the counts come by each value's first position"
+    vc = cudf.Series([3, 1, 3, 2]).value_counts(sort=False).to_pandas()
+    assert vc.index.tolist() == [3, 1, 2] and vc.tolist() == [2, 1, 1]
+
+# --- strings ----------------------------------------------------------------------------------------------------------
+def test_string_astype_number_refuses_non_numbers(cudf):
+    "core/column/string.py:248-253 @v26.06.01: a value that is not a number is a ValueError"
+    with pytest.raises(ValueError): cudf.Series(['1', 'x']).astype('int64')
+
+def test_split_regex_none_long_pat_is_a_regex(cudf):
+    "accessors/string.py:2612-2616 @v26.06.01, :2628-2632 @6a22d1d: `regex=None` and a pattern of 2+ characters"
+    assert cudf.Series(['a1b2c']).str.split(r'\d').list.len().to_pandas().tolist() == [3]
+    assert cudf.Series(['a.b']).str.split('.').list.len().to_pandas().tolist() == [2]
+
+def test_read_csv_keeps_field_spaces(cudf):
+    "cpp/include/cudf/io/csv.hpp:93,344 @6a22d1d: `skipinitialspace` stored, read by nothing under cpp/src/io/csv/"
+    df = cudf.read_csv(io.StringIO('a,b\n1, x\n'), skipinitialspace=True)
+    assert df['b'].to_pandas().tolist() == [' x']
+
+# --- frames -----------------------------------------------------------------------------------------------------------
+def test_frame_iterates_its_column_names(cudf):
+    "dataframe.py:3205-3206 @6a22d1d: `iter(self._column_names)`"
+    assert list(cudf.from_pandas(pd.DataFrame({'a': [1], 'b': [2]}))) == ['a', 'b']
+
+def test_a_row_is_a_series_only_of_a_common_dtype(cudf):
+    "dataframe.py:1557-1587 @6a22d1d: no mixed-type Series, so a row of numbers and strings is a one-row frame"
+    nums = cudf.from_pandas(pd.DataFrame({'a': [1, 2], 'b': [0.5, 1.5]}))
+    mixed = cudf.from_pandas(pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']}))
+    row = nums.iloc[0, :]
+    assert isinstance(row, cudf.Series) and row.dtype == np.float64
+    assert isinstance(mixed.iloc[0, :], cudf.DataFrame)
+
+def test_series_memory_usage(cudf):
+    """column.py:1541-1557 @6a22d1d (`_plc_memory_usage`): data, a null mask padded to 64 bytes where there are nulls,
+    a string's int32 offsets and characters"""
+    assert cudf.Series([1, 2, 3]).memory_usage(index=False) == 24
+    assert cudf.Series([1, None, 3]).memory_usage(index=False) == 24 + 64
+    assert cudf.Series(['ab', None, 'c']).memory_usage(index=False) == 3 + 4 * 4 + 64
+
+def test_frame_memory_usage_index_first(cudf):
+    "dataframe.py:1855-1900 @6a22d1d: the index's bytes first (a RangeIndex none), then each column's"
+    m = cudf.from_pandas(pd.DataFrame({'a': [1, 2], 'b': [1.0, 2.0]})).memory_usage().to_pandas()
+    assert m.index.tolist() == ['Index', 'a', 'b'] and m.tolist() == [0, 16, 16]
+
+# --- joins ------------------------------------------------------------------------------------------------------------
+def test_get_indexer_casts_strings_to_float_against_numbers(cudf):
+    "index.py:1885-1972, join/_join_helpers.py:72-153 @6a22d1d: keys to a common dtype, float64 here, so '5' finds 5"
+    assert cudf.Index([5, 6]).get_indexer(cudf.Series(['6', '5', '7'])).get().tolist() == [1, 0, -1]
+
+def test_get_indexer_refusals(cudf):
+    "index.py:1885-1972 @6a22d1d: a scalar target, a non-unique index"
+    with pytest.raises(TypeError): cudf.Index([1, 2]).get_indexer(1)
+    with pytest.raises(ValueError): cudf.Index([1, 1]).get_indexer([1])
+
+@on('26.06')
+def test_get_indexer_pandas_string_vs_object_misses_on_26_06(cudf):
+    "_join_helpers.py:96 @v26.06.01: StringDtype is not object, both go to float64, the cast fails: all -1"
+    ix = cudf.Index(np.array(['a', 'b'], dtype=object))
+    target = cudf.from_pandas(pd.Series(['b', 'a'], dtype='string'))
+    assert ix.get_indexer(target).get().tolist() == [-1, -1]
+
+@on('26.10')
+def test_get_indexer_pandas_string_vs_object_finds_on_26_10(cudf):
+    "join/_join_helpers.py:72-153 @6a22d1d: two string dtypes match as strings"
+    ix = cudf.Index(np.array(['a', 'b'], dtype=object))
+    target = cudf.from_pandas(pd.Series(['b', 'a'], dtype='string'))
+    assert ix.get_indexer(target).get().tolist() == [1, 0]
+
+def test_index_isin_is_a_device_array(cudf):
+    "index.py:2447-2455 @v26.06.01: a CuPy bool array"
+    r = cudf.Index([1, 2, 3]).isin([2])
+    assert type(r).__module__ == 'cupy' and r.get().tolist() == [False, True, False]
+
+# --- from pandas ------------------------------------------------------------------------------------------------------
+def test_from_pandas_refuses_numbers_of_object_dtype(cudf):
+    "column.py:3509-3518 @6a22d1d: ints in an object column, or ints and strings"
+    with pytest.raises(TypeError, match='integer of object type'): cudf.from_pandas(pd.Series([1, 2], dtype=object))
+    with pytest.raises(TypeError, match='mixed types'): cudf.from_pandas(pd.Series([1, 'a'], dtype=object))
+
+def test_from_pandas_refuses_float16(cudf):
+    "column.py:3330-3600 @6a22d1d: no float16 column"
+    with pytest.raises(TypeError, match='float16'): cudf.from_pandas(pd.Series([1.0], dtype='float16'))
+
+def test_from_pandas_keeps_nullable_dtypes(cudf):
+    "column.py:3350-3368 @v26.06.01: `dtype = arbitrary.dtype`"
+    assert cudf.from_pandas(pd.Series([1, None], dtype='Int64')).dtype == pd.Int64Dtype()
+
+def test_from_pandas_object_bools_with_none(cudf):
+    "column.py:3520-3526 @6a22d1d: a bool column with a null"
+    s = cudf.from_pandas(pd.Series([True, None], dtype=object))
+    assert s.dtype == np.bool_ and s.null_count == 1
+
+def test_from_pandas_object_bools_pandas_compatible(cudf):
+    """column.py:3520-3526 @6a22d1d: under `mode.pandas_compatible` the check reads `dtype.kind` of None; :3553-3563:
+    missing values counted, bools with one are mixed"""
+    with cudf.option_context('mode.pandas_compatible', True):
+        with pytest.raises(AttributeError): cudf.from_pandas(pd.Series([True, False], dtype=object))
+        with pytest.raises(TypeError, match='mixed types'): cudf.from_pandas(pd.Series([True, None], dtype=object))
+
+# --- CuPy -------------------------------------------------------------------------------------------------------------
+def test_cupy_refuses_numpy_operands(cudf):
+    "cupy/_core/core.pyx:1803-1809, _scalar.pyx:344 @v14.2.0: no implicit host copy, no NumPy array in a kernel"
+    a = cudf.Series([1, 2]).values
+    with pytest.raises(TypeError): np.asarray(a)
+    with pytest.raises(TypeError): a + np.array([1, 1])
+
+def test_cupy_iterates_zero_d_arrays(cudf):
+    "cupy/_core/core.pyx:1821-1824 @v14.2.0: elements are 0-d device arrays; core.pyx:694: `tolist` copies"
+    a = cudf.Series([1, 2]).values
+    first = next(iter(a))
+    assert type(first).__module__ == 'cupy' and first.ndim == 0 and a.tolist() == [1, 2]
+
+def test_cupy_bincount_sums(cudf):
+    "cupy/_statistics/histogram.py:508-519 @v14.2.0: counts, or sums of weights by atomicAdd (in no fixed order)"
+    import cupy
+    x = cupy.asarray(np.array([0, 1, 1, 3]))
+    assert cupy.bincount(x).get().tolist() == [1, 2, 0, 1]
+    w = cupy.asarray(np.array([0.5, 0.25, 0.25, 1.0]))
+    assert np.allclose(cupy.bincount(x, weights=w).get(), [0.5, 0.5, 0.0, 1.0])
+
+def test_cupy_bincount_of_nothing_is_intp_zeros(cudf):
+    "cupy/_statistics/histogram.py:555-558 @v14.2.0: an empty `x` gives intp zeros, weights or not"
+    import cupy
+    empty = cupy.asarray(np.array([], dtype=np.int64))
+    r = cupy.bincount(empty, weights=cupy.asarray(np.array([], dtype=np.float64)), minlength=3)
+    assert r.dtype == np.intp and r.get().tolist() == [0, 0, 0]
+
+def test_cupy_array_function_is_cupys(cudf):
+    "cupy/_core/core.pyx:2028-2044 @v14.2.0: a NumPy function over device arrays is CuPy's of that name"
+    a = cudf.Series([1, 2]).values
+    r = np.concatenate([a, a])
+    assert type(r).__module__ == 'cupy' and r.get().tolist() == [1, 2, 1, 2]
+
+# --- Dask -------------------------------------------------------------------------------------------------------------
+@pytest.mark.cudf(needs=['dask_cudf'])
+def test_dask_to_backend_cudf(cudf):
+    "python/dask_cudf/dask_cudf/backends.py:526-565 @6a22d1d: pandas partitions through `cudf.from_pandas`"
+    import dask.dataframe as dd
+    import dask_cudf  # noqa: F401 (registers the backend)
+    ddf = dd.from_pandas(pd.DataFrame({'a': [1, 2, 3]}), npartitions=2).to_backend('cudf')
+    assert isinstance(ddf._meta, cudf.DataFrame) and isinstance(ddf.compute(), cudf.DataFrame)
+    assert ddf['a'].sum().compute() == 6
+
+@pytest.mark.cudf(needs=['dask_cudf'])
+def test_dask_meta_nonempty(cudf):
+    "python/dask_cudf/dask_cudf/backends.py:94-175 @6a22d1d: two rows of each column's dtype"
+    import dask_cudf  # noqa: F401
+    from dask.dataframe.utils import meta_nonempty
+    meta = cudf.from_pandas(pd.DataFrame({'a': [1], 'b': ['x']})).head(0)
+    ne = meta_nonempty(meta)
+    assert isinstance(ne, cudf.DataFrame) and len(ne) == 2 and list(ne.dtypes) == list(meta.dtypes)

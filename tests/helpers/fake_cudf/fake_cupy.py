@@ -171,8 +171,10 @@ def from_dlpack(x, *, device=None, copy=None):
 
 def bincount(x, weights=None, minlength=None):
     """cupy.bincount: counts, or sums of `weights`, by `atomicAdd` (cupy/_statistics/histogram.py:508-519 @v14.2.0),
-    so float weights are added in no fixed order: the stand-in adds them in a shuffled one."""
+    so float weights are added in no fixed order: the stand-in adds them in a shuffled one. An empty `x` gives intp
+    zeros, weights or not (histogram.py:555-558 @v14.2.0), where NumPy gives float64 with weights."""
     a = _operand(x)
+    if a.size == 0: return ndarray(np.zeros(minlength or 0, np.intp))
     if weights is None: return ndarray(np.bincount(a, minlength=minlength or 0))
     w = _operand(weights)
     p = np.random.default_rng(len(a)).permutation(len(a))

@@ -848,8 +848,12 @@ def _operand(o, like):
 
 def _fill(s:pd.Series, value):
     """fillna: a float column's NaN too; an int column only with a value its dtype holds exactly, else the TypeError
-    of numerical.py:867-893, 988-1007 @v26.06.01 (1183-1209, 1310-1325 @6a22d1d)"""
+    of numerical.py:867-893, 988-1007 @v26.06.01 (1183-1209, 1310-1325 @6a22d1d); a narrower float column refuses a
+    float64 value that is exactly π (`can_cast_safely`: numerical.py:941-950 @v26.06.01, :1261-1270 @6a22d1d)"""
     dt = _shown_dtype(s.dtype)
+    if isinstance(dt, np.dtype) and dt.kind == 'f' and isinstance(value, (float, np.floating)) and \
+       np.asarray(value).dtype.itemsize > dt.itemsize and value == np.pi:
+        raise TypeError(f"Cannot safely cast non-equivalent {type(value).__name__} to {dt.name}")
     if isinstance(dt, np.dtype) and dt.kind in 'iu' and np.isscalar(value) and not pd.isna(value):
         if np.dtype(dt).type(value) != value:
             raise TypeError(f"Cannot safely cast non-equivalent {type(value).__name__} to {dt}")
