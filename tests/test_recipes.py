@@ -214,7 +214,8 @@ def test_nvtabular_recipe(workdir):
                         y_block=CategoryBlock(), splits=RandomSplitter(seed=0)(range_of(ratings)), reduce_memory=False)
     assert all(list(to.classes[n]) == list(ref.classes[n]) for n in ('user_id', 'item_id'))
     assert to.means['release_year'] == ref.means['release_year'] and to.stds['release_year'] == ref.stds['release_year']
-    assert len(sessions) == ratings.user_id.nunique() and (sessions.item_id_count == sessions.item_id_list.map(len)).all()
+    assert len(sessions) == ratings.user_id.nunique()
+    assert (sessions.item_id_count == sessions.item_id_list.map(len)).all()
     last = ratings.sort_values('timestamp', kind='stable').groupby('user_id').item_id.agg(list)
     assert [list(v) for v in sessions.item_id_list] == list(last)
 
