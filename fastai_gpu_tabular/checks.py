@@ -66,6 +66,7 @@ def check_columns(columns:Iterable, cat_names:list, cont_names:list, y_names:lis
     need = [n for n in [*cat_names, *cont_names] if n not in made] + (list(y_names) if setup else [])
     have = set(columns)
     missing = [n for n in need if n not in have]
+    if not missing: _check_read(columns, procs, made | set(need))   # every frame's: the procs read them
     if not missing: return
     na = [n for n in missing if n.endswith('_na') and n[:-3] in cont_names]
     hint = f"; {na} would be made by FillMissing (with add_col=True), which procs lacks" if na else ""
@@ -80,6 +81,25 @@ def check_new_columns(what:str, made:list, columns:Iterable, y_names:list, hint:
 def made_columns(procs) -> set:
     "Names of the columns set-up procs add to the frame (their `made_names`, e.g. TargetEncode's `<name>_te`)."
     return {c for p in getattr(procs, 'fs', L(procs)) if not isinstance(p, type) for c in getattr(p, 'made_names', ())}
+
+def _check_read(columns:list, procs, skip:set) -> None:
+    "A KeyError naming the first proc that reads columns (`reads`) the frame lacks, and them (but those of `skip`)."
+    have = set(columns)
+    for p in getattr(procs, 'fs', L(procs)):
+        if isinstance(p, type) or not hasattr(p, 'reads'): continue
+        bad = [c for c in p.reads() if c not in have and c not in skip]
+        if bad: raise KeyError(f"{type(p).__name__}: column(s) {bad} are not in the frame (it has {columns[:20]}): it "
+                               "reads them, so every frame must hold them, a later one too (new, test_dl, predict)")
+
+def read_columns(procs) -> list:
+    """Names of the columns procs read as their inputs (each proc's `reads`: DifferenceLag's and History's keys, time
+    and values, JoinExternal's key), less those a proc makes: the Tabular keeps them in its frame for the procs,
+    named in cat_names/cont_names or not, and every frame must hold them. Unnamed, they never reach the packed rows or
+    the model (fastai's `TabularPandas` keeps every column of its frame, and packs only the named ones)."""
+    made = made_columns(procs)
+    res = [c for p in getattr(procs, 'fs', L(procs)) if not isinstance(p, type) and hasattr(p, 'reads')
+           for c in p.reads()]
+    return [c for c in dict.fromkeys(res) if c not in made]
 
 def raw_columns(procs, cat_names:list, cont_names:list, y_names:list) -> set:
     """Names of the columns procs read as values (each proc's `raw_names`: HashBucket's, HashedCross', TargetEncode's,

@@ -46,6 +46,7 @@ from .checks import (
     count_inf,
     fill_nan_check,
     raw_columns,
+    read_columns,
 )
 from .extras import import_extra
 from .ops.procs import register_procs
@@ -121,11 +122,12 @@ class TabularGPU(Tabular):
         if inplace and order is None:
             items = df
             for c,t in casts.items(): items[c] = to_category(items[c]) if t == 'category' else items[c].astype(t)
-        # only the named columns, in the frame's order, copied once (fastai copies the whole frame, twice with splits)
+        # only the named columns and those procs read (`read_columns`: a raw time need not be a model input), in the
+        # frame's order, copied once (fastai copies the whole frame, twice with splits)
         else:
-            named = set(cat_names + cont_names + y_names)
+            named = set(cat_names + cont_names + y_names + read_columns(procs))
             items = gather_columns(df, [c for c in df.columns if c in named], order, casts)
-        items = prepare_columns(items, cont_names, y_names, self.multi_hot)
+        items = prepare_columns(items, cont_names, y_names, self.multi_hot, read_columns(procs))
         # the float dtypes the procs learn from: `new` gives them to every later frame, which `process` casts to them
         self.float_dtypes = float_dtypes(items, cat_names + cont_names + y_names)
         self.dataloaders = delegates(self._dl_type.__init__)(self.dataloaders)
@@ -150,7 +152,7 @@ class TabularGPU(Tabular):
         spec = column_split(splits, schema.names)   # a KeyError naming a split column the file lacks
         # the names checked as the constructor checks them, but before the rows are read
         prepare_names(pd.DataFrame(columns=schema.names), cats, conts, ys, procs, do_setup=kwargs.get('do_setup', True))
-        want = set(cats + conts + ys + list(L(columns)) + ([spec[0]] if spec else []))
+        want = set(cats + conts + ys + list(L(columns)) + read_columns(procs) + ([spec[0]] if spec else []))
         cols = [c for c in schema.names if c in want]   # the file's order, as the whole frame's
         backend = backend or default_backend()
         if dask:   # Dask's reader splits the files into partitions by row group; TabularGPU(ddf) is a TabularDask

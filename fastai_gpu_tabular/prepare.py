@@ -69,10 +69,14 @@ def multi_hot_columns(items:Frame, cat_names:list, multi_hot:dict|list|None) -> 
         if n in items.columns and n not in mh and is_list_dtype(items[n]): mh[n] = None
     return mh
 
-def prepare_columns(items:Frame, cont_names:list, y_names:list, multi_hot:dict) -> Frame:
+def prepare_columns(items:Frame, cont_names:list, y_names:list, multi_hot:dict, reads:list=()) -> Frame:
     """The in-memory frame `items` (a copy, or the caller's with `inplace`) made ready for the procs, in place: conts
-    coerced to numbers (predict's `row.to_frame().T` is all object), multi-hot strings split into lists, NaN as null on
+    coerced to numbers (predict's `row.to_frame().T` is all object), the object columns procs read (`reads`) to the
+    type of their values (a time as a number or datetime again), multi-hot strings split into lists, NaN as null on
     cuDF; a TypeError or ValueError, naming the column, for what cannot be."""
+    for n in reads:
+        if isinstance(items, pd.DataFrame) and n in items.columns and n not in cont_names and items[n].dtype == object:
+            items[n] = items[n].infer_objects()
     for n,sep in multi_hot.items():
         if n in items.columns and holds_strings(items[n]):
             if sep is None: raise TypeError(f"multi-hot column {n!r} holds strings: give its separator, e.g. "

@@ -69,8 +69,9 @@ def test_errors(ratings):
     with pytest.raises(ValueError, match=r"key column 'item_id' holds missing values"):
         JoinExternal(table.assign(item_id=table.item_id.where(table.index > 0)), 'item_id')
     kw = dict(cont_names=['age'], y_names='rating', splits=splits)
-    with pytest.raises(KeyError, match=r"the key column 'item_id' is not in the frame"):
-        TabularGPU(df, procs=[JoinExternal(table, 'item_id'), Categorify], cat_names=['user_id'], **kw)
+    with pytest.raises(KeyError, match=r"JoinExternal: column\(s\) \['item_id'\] are not in the frame"):
+        TabularGPU(df.drop(columns=['item_id']), procs=[JoinExternal(table, 'item_id'), Categorify],
+                   cat_names=['user_id'], **kw)
     with pytest.raises(ValueError, match=r"JoinExternal would make column\(s\) \['ratings'\], which the frame "
                                          r"already has: rename them in the table"):
         TabularGPU(df.assign(ratings=1), procs=[JoinExternal(table, 'item_id'), Categorify, FillMissing],

@@ -39,7 +39,15 @@ from ..backend import (
     to_backend,
     to_pandas,
 )
-from ..checks import check_inf, check_na_names, check_rows, check_targets, check_unfilled_nan, raw_columns
+from ..checks import (
+    check_inf,
+    check_na_names,
+    check_rows,
+    check_targets,
+    check_unfilled_nan,
+    raw_columns,
+    read_columns,
+)
 from ..core import TabularGPU
 from ..data import BatchDataLoaders
 from ..ops.hashing import HashBucket, HashedCross
@@ -171,7 +179,8 @@ class TabularDask(TabularGPU):
                                 "NumPy numeric dtype (pandas' exact statistics are NumPy's); cast it first")
         # the declared multi-hot columns, and cuDF's list columns (the schema says); object lists show in the scan
         self.multi_hot = multi_hot_columns(meta, cat_names, multi_hot)
-        keep = list(dict.fromkeys(cat_names + cont_names + y_names + ([self.split_col] if self.split_col else [])))
+        keep = list(dict.fromkeys(cat_names + cont_names + y_names + read_columns(procs) +   # what procs read too
+                                  ([self.split_col] if self.split_col else [])))
         items = df[[c for c in keep if c in df.columns]]
         for n,sep in self.multi_hot.items():
             if sep is not None and n in items.columns: items[n] = items[n].map_partitions(split_lists, sep)

@@ -229,8 +229,8 @@ def _check(to:Tabular, what:str, keys:list, time:str, names:list):
     df = frame_of(to)
     cols = df.columns
     bad = [n for n in dict.fromkeys([*keys, time, *names]) if n not in cols]
-    if bad: raise KeyError(f"{what}: column(s) {bad} are not in the frame (it has {list(cols)[:20]}): name them in "
-                           "cat_names or cont_names so that the Tabular keeps them")
+    if bad: raise KeyError(f"{what}: column(s) {bad} are not in the frame (it has {list(cols)[:20]}): a later "
+                           "frame (new, test_dl, predict) must hold them too")
     mh = getattr(to, 'multi_hot', {})
     bad = [n for n in [*keys, time, *names] if n in mh]
     if bad: raise TypeError(f"{what}: column(s) {bad} hold lists (multi-hot): keys, times and values are one a row")
@@ -248,6 +248,11 @@ class _KeyHistoryProc(TabularProc):
 
     def raw_names(self, cat_names, cont_names, y_names) -> list:
         "Its keys, time and values: fastai's shrink leaves them as they are (see `checks.raw_columns`)."
+        return list(dict.fromkeys([*self.keys, self.time, *self.names]))
+
+    def reads(self) -> list:
+        """The columns it reads (`checks.read_columns`): kept for it in every frame, in cat_names/cont_names or not (a
+        raw time need not be a model input)."""
         return list(dict.fromkeys([*self.keys, self.time, *self.names]))
 
     def prefix(self, to):

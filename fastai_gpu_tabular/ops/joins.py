@@ -88,11 +88,15 @@ class JoinExternal(TabularProc):
         "The key: fastai's shrink leaves its values as they are (see `checks.raw_columns`), as the table's are."
         return [self.on]
 
+    def reads(self) -> list:
+        "The key (`checks.read_columns`): kept for it in every frame, in cat_names or not."
+        return [self.on]
+
     def check_columns(self, to:Tabular):
         "The key is a column of the frame, or an error naming it."
         if self.on not in to.items.columns:
             raise KeyError(f"JoinExternal: the key column {self.on!r} is not in the frame (it has "
-                           f"{list(to.items.columns)[:20]}): name it in cat_names so that the Tabular keeps it")
+                           f"{list(to.items.columns)[:20]}): a later frame (new, test_dl, predict) must hold it too")
 
     @guard_setups
     def setups(self, to:Tabular):   # the table is its state, given
