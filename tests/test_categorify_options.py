@@ -9,7 +9,7 @@ import torch
 from fastai.tabular.all import FillMissing, Normalize, TabularPandas, load_learner
 import fastai_gpu_tabular.ops.procs as fgp
 from fastai_gpu_tabular.all import Categorify, TabularGPU, tabular_learner
-from fastai_gpu_tabular.backend import to_pandas
+from fastai_gpu_tabular.backend import to_backend, to_pandas
 
 N = 3000
 CATS = ['workclass', 'education', 'occupation', 'native-country']
@@ -129,3 +129,111 @@ def test_joint_vocab_and_one_table(tmp_path):
     loaded = TabularGPU.load(to.save(tmp_path/'s', progress=False), progress=False)
     assert loaded.procs.categorify.joint == [['item_id', 'prev']]
     assert list(loaded.classes['prev']) == list(to.classes['item_id'])
+
+def _items(n=1200, seed=0):
+    """A small frame like History's output: an int item, a list of earlier items (some ids only there, some rows with
+    no earlier item, a missing list), a string user, a cont, a float target and a split column."""
+    rng = np.random.default_rng(seed)
+    item = rng.integers(0, 60, n)
+    prev = [[int(v) for v in item[max(0, i-3):i] + (100 if i % 7 == 0 else 0)] for i in range(n)]
+    prev[5] = None
+    return pd.DataFrame({'item_id': item, 'prev': prev, 'user_id': [f'u{v}' for v in rng.integers(0, 30, n)],
+                         'age': rng.normal(30, 5, n), 'rating': rng.random(n).astype('float32'),
+                         'is_valid': np.arange(n) >= n - 200})
+
+JKW = dict(cat_names=['item_id', 'prev', 'user_id'], cont_names=['age'], y_names='rating', multi_hot={'prev': None})
+
+def _joint_procs():
+    "A joint group cut by min_freq (summed over the group), a given vocabulary and a per-column max_vocab."
+    return [Categorify(joint=[['item_id', 'prev']], min_freq={'item_id': 3, 'prev': 3},
+                       vocab={'user_id': ['u3', 'u1', 'u2', 'nobody']}), FillMissing, Normalize]
+
+def _jsplits(df): return list(range(len(df) - 200)), list(range(len(df) - 200, len(df)))   # as `is_valid`
+
+def _joint_mem(df, **kw): return TabularGPU(df, procs=_joint_procs(), splits=_jsplits(df), **(JKW | kw))
+
+def _same_classes_and_rows(got, want):
+    for n in want.cat_names:
+        assert [(type(v), v) for v in got.classes[n]] == [(type(v), v) for v in want.classes[n]], n
+    assert torch.equal(got.packed()[0].cpu(), want.packed()[0].cpu())   # the codes, bit for bit
+    # Normalize's mean and std are other reductions on cuDF: the conts within float32 rounding, not Categorify's subject
+    torch.testing.assert_close(got.packed()[1].cpu(), want.packed()[1].cpu(), atol=1e-6, rtol=1e-6)
+
+def test_joint_group_options_expected_vocabulary():
+    "The group's vocabulary is the union of the training values cut on the summed counts; the given one as given."
+    df = _items()
+    to = _joint_mem(df)
+    tr = df[~df.is_valid]
+    counts = pd.Series([*tr.item_id, *(v for lst in tr.prev.dropna() for v in lst)]).value_counts()
+    want = sorted(int(v) for v in counts.index[counts >= 3])
+    assert list(to.classes['item_id']) == list(to.classes['prev']) == ['#na#', *want]
+    assert any(v >= 100 for v in want)   # ids seen only in the lists are in the shared vocabulary
+    assert list(to.classes['user_id']) == ['#na#', 'u3', 'u1', 'u2', 'nobody']
+    codes = to_pandas(to.items)
+    assert codes['item_id'].tolist() == (pd.Index(want).get_indexer(df.item_id) + 1).tolist()
+    assert codes['user_id'].tolist() == (pd.Index(['u3', 'u1', 'u2', 'nobody']).get_indexer(df.user_id) + 1).tolist()
+
+def test_joint_and_options_on_dask_bit_for_bit():
+    "A Dask frame over 4 partitions: the in-memory Tabular's classes and packed rows, bit for bit."
+    dd = pytest.importorskip('dask.dataframe', reason='the Dask path needs dask[dataframe] (the `dask` extra)')
+    import dask
+    df = _items()
+    with dask.config.set({'dataframe.convert-string': False, 'scheduler': 'sync'}):
+        dk = TabularGPU(dd.from_pandas(df, npartitions=4, sort=False), procs=_joint_procs(), splits='is_valid',
+                        progress=False, **JKW)
+    mem = _joint_mem(df)
+    for n in mem.cat_names:
+        assert [(type(v), v) for v in dk.classes[n]] == [(type(v), v) for v in mem.classes[n]], n
+    rows = mem.packed_rows()[0]
+    assert torch.equal(dk.train.packed_rows()[0], rows[:mem.split])
+    assert torch.equal(dk.valid.packed_rows()[0], rows[mem.split:])
+
+@pytest.mark.cudf
+def test_joint_and_options_on_cudf_as_pandas():
+    "The joint group, `vocab` and `min_freq` built on a cuDF frame: pandas' classes and packed rows."
+    df = _items()
+    _same_classes_and_rows(_joint_mem(to_backend(df, 'cudf')), _joint_mem(df))
+
+def _joint_learner():
+    df = _items()
+    torch.manual_seed(0)
+    learn = tabular_learner(_joint_mem(df).dataloaders(bs=256), layers=[8])
+    with learn.no_bar(), learn.no_logging(): learn.fit(1, 1e-2)
+    return df, learn
+
+def test_joint_onnx_matches_get_preds(tmp_path):
+    "`export_onnx` of a learner with a joint group (one tied table) and a given vocabulary: `get_preds` on raw rows."
+    ort = pytest.importorskip('onnxruntime')
+    pytest.importorskip('onnxscript')
+    from fastai_gpu_tabular.deploy.export import export_onnx, onnx_inputs
+    df, learn = _joint_learner()
+    assert learn.model.embeds[0].weight is learn.model.embeds[1].weight
+    rows = df.iloc[-40:].drop(columns=['rating', 'is_valid']).copy()
+    rows.loc[rows.index[0], 'user_id'] = 'u999'                      # outside the given vocabulary
+    rows.at[rows.index[1], 'prev'] = [100000, 1]                     # an id no column saw
+    rows.loc[rows.index[2], 'item_id'] = 100000
+    sess = ort.InferenceSession(str(export_onnx(learn, tmp_path/'j.onnx')), providers=['CPUExecutionProvider'])
+    out = sess.run(None, onnx_inputs(rows, sess))[0]
+    with learn.no_bar(): preds,_ = learn.get_preds(dl=learn.dls.test_dl(rows))
+    assert out.shape == preds.shape
+    np.testing.assert_allclose(out, preds.numpy(), atol=1e-5, rtol=0)
+
+def test_values_outside_given_vocab_serve_as_na():
+    "`predict` and `test_dl` of rows whose values the given vocabulary (or the joint group's) lacks: code 0, `#na#`."
+    df, learn = _joint_learner()
+    rows = df.iloc[:4].drop(columns=['rating', 'is_valid']).copy()
+    rows['user_id'] = ['u999', 'u3', 'u0', None]                     # u0 is in the data, not in the given vocab
+    rows.loc[rows.index[1], 'item_id'] = 100000
+    rows.at[rows.index[2], 'prev'] = [100000, int(rows.item_id.iloc[2])]
+    t = learn.dls.test_dl(rows, bs=4).dataset
+    codes = to_pandas(t.items)
+    assert codes['user_id'].tolist() == [0, 1, 0, 0]
+    assert codes['item_id'].iloc[1] == 0 and codes['item_id'].iloc[0] > 0
+    voc = list(learn.dls.classes['item_id'])
+    assert list(learn.dls.test_dl(rows, bs=4).one_batch()[0][2, 1:3].cpu()) == [0, voc.index(rows.item_id.iloc[2])]
+    with learn.no_bar():   # predict's rows hold the codes, as fastai's (its `show` decodes them)
+        for i,(want_u,want_i) in enumerate([(0, None), (1, 0)]):
+            full, _, _ = learn.predict(rows.iloc[i])
+            assert int(full.items['user_id'].iloc[0]) == want_u
+            if want_i is not None: assert int(full.items['item_id'].iloc[0]) == want_i
+    assert [learn.dls.classes['user_id'][c] for c in (0, 1)] == ['#na#', 'u3']
