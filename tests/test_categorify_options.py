@@ -181,12 +181,20 @@ def test_joint_and_options_on_dask_bit_for_bit():
     with dask.config.set({'dataframe.convert-string': False, 'scheduler': 'sync'}):
         dk = TabularGPU(dd.from_pandas(df, npartitions=4, sort=False), procs=_joint_procs(), splits='is_valid',
                         progress=False, **JKW)
-    mem = _joint_mem(df)
-    for n in mem.cat_names:
-        assert [(type(v), v) for v in dk.classes[n]] == [(type(v), v) for v in mem.classes[n]], n
-    rows = mem.packed_rows()[0]
-    assert torch.equal(dk.train.packed_rows()[0], rows[:mem.split])
-    assert torch.equal(dk.valid.packed_rows()[0], rows[mem.split:])
+        mem = _joint_mem(df)
+        for n in mem.cat_names:
+            assert [(type(v), v) for v in dk.classes[n]] == [(type(v), v) for v in mem.classes[n]], n
+        rows = mem.packed_rows()[0]
+        assert torch.equal(dk.train.packed_rows()[0], rows[:mem.split])
+        assert torch.equal(dk.valid.packed_rows()[0], rows[mem.split:])
+        # a later Dask frame, its items and users outside the vocabularies: #na# (0), as the in-memory `new`
+        later = df.iloc[:300].drop(columns='rating').assign(user_id='nobody?', item_id=df.item_id.iloc[:300] + 1000)
+        dn, mn = dk.new(dd.from_pandas(later, npartitions=2, sort=False)), mem.new(later)
+        dn.process()
+        mn.process()
+    cats = mn.packed()[0].cpu()
+    assert torch.equal(dn.packed_rows()[0][:, :cats.shape[1]], cats)
+    assert (cats[:, 0] == 0).all() and (cats[:, -1] == 0).all() and (cats[3, 1:4] > 0).all()
 
 @pytest.mark.cudf
 def test_joint_and_options_on_cudf_as_pandas():
