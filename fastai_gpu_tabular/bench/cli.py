@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shlex
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 from .contender import CONTENDERS, OPTIONAL, worker
 from .fastai_suite import SCHEMA_VERSION, format_table, plot_ratios, run_bench
 from .machine import hardware, versions
+from .report import load_line
 
 __all__ = ['SUITES', 'int_list', 'name_list', 'run_suite', 'format_suite', 'main']
 
@@ -55,8 +57,9 @@ def _parser():
       'rows/s comes from the complete epochs, or the epoch extrapolated (recorded as capped)')
     a('--stat', choices=['best', 'mean'], default='best', help='loader rows/s of the best timed epoch (steadiest '
       'where other jobs share the machine) or of all timed epochs')
-    a('--repeat-preprocess', type=int, default=1, help='build the Tabular this many times; the fastest counts '
-      '(memory is measured on the first)')
+    a('--repeat-preprocess', type=int, default=3, help='build the Tabular (and call dataloaders()) this many times; '
+      'memory is measured on the first, the fastest of the others counts, and their spread judges the targets '
+      'against the noise')
     a('--no-loader', action='store_true', help='skip the loader timings')
     a('--no-train', action='store_true', help='skip the training epoch')
     a('--train-bs', type=int, default=None, help='batch size of the training epoch (default: the middle --bs)')
@@ -94,12 +97,15 @@ def run_suite(opts) -> dict:
     meta = {'schema_version': SCHEMA_VERSION, 'suite': opts.suite, 'hardware': hardware(opts.device),
             'versions': versions(), 'timestamp': datetime.now(UTC).isoformat(timespec='seconds'),
             'command': ' '.join(['python -m fastai_gpu_tabular.bench'] + [shlex.quote(a) for a in opts.argv]),
-            'wall_s': round(time.perf_counter() - t0, 1), 'torch_threads': ran_on}
+            'wall_s': round(time.perf_counter() - t0, 1), 'torch_threads': ran_on,
+            'loadavg_end': [round(x, 2) for x in os.getloadavg()]}
     return {'meta': meta, opts.suite: res}
 
 def format_suite(res) -> str:
-    "A suite's results as its table."
-    return _suite(res['meta']['suite']).format_table(res[res['meta']['suite']])
+    "A suite's results as its table, after how busy the machine was."
+    m = res['meta']
+    return (load_line(m['hardware'].get('loadavg'), m.get('loadavg_end'), m['hardware'].get('cores_usable')) + '\n'
+            + _suite(m['suite']).format_table(res[m['suite']]))
 
 def main(argv=None):
     "The command line: run the bench, print the table, write the JSON and the PNG."

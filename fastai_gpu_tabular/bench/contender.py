@@ -20,16 +20,17 @@ from functools import partial
 from pathlib import Path
 
 from .machine import MB, GPUMeter, RSSMeter, sync
-from .report import ratio
+from .report import ratio, spread
 from .timing import bare_epoch, gather_bandwidth, time_loader
 
-__all__ = ['CONTENDERS', 'OPTIONAL', 'NEED_CUDF', 'cpu_fallbacks', 'run_contender', 'held_memory', 'batch_bytes',
-           'worker']
+__all__ = ['CONTENDERS', 'OPTIONAL', 'NEED_CUDF', 'cpu_fallbacks', 'run_contender', 'warm', 'repeat_spreads',
+           'held_memory', 'batch_bytes', 'worker']
 
 CONTENDERS = ('stock_weighted', 'stock_shuffle', 'gpu_pandas', 'gpu_cudf', 'stock_cudf_pandas')
 OPTIONAL = ('gpu_cudf_rmm',)   # run only when asked for (`--rmm-torch`)
 CUDF_FRAMES = ('gpu_cudf', 'gpu_cudf_rmm')   # read the parquet with cuDF
 NEED_CUDF = CUDF_FRAMES + ('stock_cudf_pandas',)
+TIMED = ('preprocess_s', 'preprocess_cpu_s', 'dataloaders_s', 'dataloaders_cpu_s')   # once per build, each in `_all`
 
 def _log(name, msg): print(f'[bench:{name}] {msg}', file=sys.stderr, flush=True)
 
@@ -220,13 +221,16 @@ def run_contender(name:str, opts, res:dict|None=None) -> dict:
     res['etl_peak_gpu_mb'] = ctx.gpu.peak()   # the load and the build: reset after the load (`reset_base`)
     res['preprocess_s'],res['preprocess_s_all'],res['preprocess_cpu_s_all'] = t,[t],[c]
     ctx.rss.phase(ctx.phases, 'preprocess')
-    t0,c0 = time.perf_counter(), time.process_time()
     # the stock true shuffle; else the Tabular's own loader (fastai's default, TabWeightedDL, for stock_weighted)
     dl_kw = {'dl_type': TabDataLoader} if name in ('stock_shuffle', 'stock_cudf_pandas') else {}
-    dls = to.dataloaders(bs=opts.train_bs, device=ctx.device, **dl_kw)
-    sync(ctx.device)
-    res['dataloaders_s'] = round(time.perf_counter() - t0, 3)
-    res['dataloaders_cpu_s'] = round(time.process_time() - c0, 3)   # TabularGPU packs its rows here
+    def loaders(to):
+        "`to.dataloaders()`, timed: (dls, seconds, CPU seconds); TabularGPU packs its rows here."
+        t0,c0 = time.perf_counter(), time.process_time()
+        dls = to.dataloaders(bs=opts.train_bs, device=ctx.device, **dl_kw)
+        sync(ctx.device)
+        return dls,round(time.perf_counter() - t0, 3),round(time.process_time() - c0, 3)
+    dls,res['dataloaders_s'],res['dataloaders_cpu_s'] = loaders(to)
+    res['dataloaders_s_all'],res['dataloaders_cpu_s_all'] = [res['dataloaders_s']],[res['dataloaders_cpu_s']]
     ctx.rss.phase(ctx.phases, 'dataloaders')
     res['held_after_dataloaders'] = held_memory(to)
     res['gpu_after_dataloaders_mb'] = ctx.gpu.current()
@@ -256,20 +260,38 @@ def run_contender(name:str, opts, res:dict|None=None) -> dict:
     # after the memory phases: its copy buffers (>= 256 MB) are the bench's, not the loader's
     ts = _packed_tensors(dls.train)
     if ts: res['gather_bandwidth'] = {bs: gather_bandwidth(ts, int(bs)) for bs in res['loader_rows_per_s']}
-    # more builds, for time only, after every memory phase (freed memory kept by the allocator would blur those)
+    # more builds and dataloaders(), for time only, after every memory phase (freed memory kept by the allocator
+    # would blur those): the least of each (`warm`) counts, and their spread says how steady the machine was
     del dls,to
     for _ in range(opts.repeat_preprocess - 1):
         gc.collect()
-        _,t,c = build()
+        to,t,c = build()
         res['preprocess_s_all'].append(t)
         res['preprocess_cpu_s_all'].append(c)
-    res['preprocess_s'], res['preprocess_cpu_s'] = min(res['preprocess_s_all']), min(res['preprocess_cpu_s_all'])
+        _,t,c = loaders(to)
+        res['dataloaders_s_all'].append(t)
+        res['dataloaders_cpu_s_all'].append(c)
+        del to
+    for k in TIMED: res[k] = min(warm(res[k + '_all']))
     if name == 'stock_cudf_pandas': res['cpu_fallbacks'] = cpu_fallbacks(build)   # untimed: the profiler traces
     res['wall_s'] = round(time.perf_counter() - t_start, 2)
     # other processes on the machine show up here: cpu_s far below wall_s x cores, or a load above the core count
     res['cpu_s'] = round(sum(os.times()[:2]), 2)
     res['loadavg_end'] = [round(x, 2) for x in os.getloadavg()]
+    res['spread'] = repeat_spreads(res)
     return res
+
+def warm(xs:list) -> list:
+    """The builds (or dataloaders() calls) after the first, if there are any: a fresh process's first build also pays
+    for its page faults and first calls, 5-40% more on 1M rows here, as the loader's untimed warm-up epoch would."""
+    return xs[1:] or xs
+
+def repeat_spreads(res:dict) -> dict:
+    """The spread (`report.spread`) of each figure of a contender's record that was timed more than once: the
+    builds after the first (`--repeat-preprocess`), their dataloaders(), each batch size's loader epochs."""
+    out = {k: spread(warm(res.get(k + '_all') or [])) for k in TIMED}
+    out['loader_rows_per_s'] = {bs: spread(d.get('epoch_rows_per_s')) for bs,d in res.get('loader_detail', {}).items()}
+    return out
 
 
 def worker(name, d):

@@ -8,9 +8,11 @@ The JSON it writes (schema_version 1; sizes in MB = 2**20 bytes, batch sizes as 
                  python, loadavg}, loadavg_end, versions{torch, fastai, ...}, git{commit, changed}, args{...},
                  data{path, rows, seed, bytes, make_s}}
     contenders  {name: {status 'ok'|'skipped'|'failed', reason, tabular_type, loader_type, backend, device,
-                 torch_threads, rows, n_train, n_valid, n_cat, n_cont, load_s, preprocess_s (the fastest build),
-                 preprocess_s_all, preprocess_cpu_s (the least CPU time of the builds), preprocess_cpu_s_all,
-                 dataloaders_s, dataloaders_cpu_s (packing, for TabularGPU), baseline_rss_mb, peak_rss_mb,
+                 torch_threads, rows, n_train, n_valid, n_cat, n_cont, load_s, preprocess_s (the fastest build
+                 after the first, if there are more: `contender.warm`), preprocess_s_all, preprocess_cpu_s (the
+                 least CPU time of those builds), preprocess_cpu_s_all, dataloaders_s, dataloaders_s_all,
+                 dataloaders_cpu_s (packing, for TabularGPU; one call after each build, the least as the builds'),
+                 dataloaders_cpu_s_all, baseline_rss_mb, peak_rss_mb,
                  rss_increase_mb, rss_phases_mb{phase: peak}, rss_method, peak_gpu_mb, gpu_detail{...},
                  held_after_dataloaders{frame_mb, index_mb, packed_mb, resident_mb, resident_vs_packed},
                  gpu_after_dataloaders_mb, gpu_resident_vs_packed, etl_peak_gpu_mb,
@@ -20,12 +22,16 @@ The JSON it writes (schema_version 1; sizes in MB = 2**20 bytes, batch sizes as 
                  int64_vs_int32_rows_per_s, batch_bytes, batch_bytes_int32} (packed loaders), ...}}, loader_capped,
                  batch[[shape, dtype, device]], gather_bandwidth{bs: {...}}, train_rows_per_s, train_s, train_rows,
                  train_bs, train_loss, valid_s, valid_auc, end_to_end_s, model{...}, wall_s, cpu_s, loadavg_start,
-                 loadavg_end}}
+                 loadavg_end, spread{preprocess_s|preprocess_cpu_s|dataloaders_s|dataloaders_cpu_s: {n, min, max,
+                 spread (max / min - 1)} or None if measured once, loader_rows_per_s{bs: the same, over the epochs}}}}
     ratios      {vs_stock_shuffle|vs_stock_weighted: {name: {preprocess_speedup, preprocess_total_speedup,
                  preprocess_total_cpu_speedup (build + dataloaders(), by CPU time), end_to_end_speedup,
                  loader_speedup{bs}, train_speedup, peak_rss_ratio, rss_increase_ratio, valid_auc_delta}}}
                  (speedups are reference time / contender time: >1 is faster; memory ratios are contender / reference)
-    targets     [{name, contender, reference, value, target, met}] (the device's targets: `performance_targets`)
+    targets     [{name, contender, reference, value, target, smaller (the target is a ceiling), range [low, high]
+                 (the value over the repeats of what it comes from; low == high for a figure measured once),
+                 verdict 'met'|'NOT met'|'within noise' (`report.judge`), met (True, False, or None within noise)}]
+                 (the device's targets: `performance_targets`)
     curve       {name: [{rows, preprocess_s, preprocess_us_per_row, loader_rows_per_s{bs}, loader_ns_per_row{bs},
                  gather_ns_per_row{bs}, overhead_ns_per_row{bs}, peak_rss_mb}]} (the gather keys for packed tensors)
     curve_growth {name: {loader_ns_per_row|gather_ns_per_row|overhead_ns_per_row: {bs: value at the largest N / at
@@ -43,9 +49,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .contender import NEED_CUDF
+from .contender import NEED_CUDF, warm
 from .machine import git_state, hardware, versions
-from .report import fmt, ratio, table
+from .report import fmt, fmt_spread, judge, load_line, ratio, ratio_range, table, verdict
 
 __all__ = ['SCHEMA_VERSION', 'compute_ratios', 'performance_targets', 'format_table', 'plot_ratios', 'run_bench',
            'run_child']
@@ -80,45 +86,73 @@ def compute_ratios(contenders:dict) -> dict:
                 'valid_auc_delta': None if None in auc else auc[0] - auc[1]}
     return out
 
+def _repeats(c:dict, key:str) -> list:
+    "A figure's repeats in contender record `c`: its builds after the first (`warm`), or its one value."
+    return warm(c.get(key + '_all') or ([c[key]] if c.get(key) is not None else []))
+
+def _epochs(c:dict, bs:str) -> list:
+    "Rows/s of each complete timed loader epoch at `bs`, or the one figure (an extrapolated epoch)."
+    d = c.get('loader_detail', {}).get(bs, {})
+    return d.get('epoch_rows_per_s') or ([d['rows_per_s']] if d.get('rows_per_s') else [])
+
+def _cpu_bounds(c:dict) -> tuple|None:
+    "Build + dataloaders() CPU seconds of contender `c` over its repeats: the least of each part, the most of each."
+    pre,dl = _repeats(c, 'preprocess_cpu_s'),_repeats(c, 'dataloaders_cpu_s')
+    return (min(pre) + min(dl), max(pre) + max(dl)) if pre and dl and min(pre) + min(dl) > 0 else None
+
 def performance_targets(res:dict) -> list:
-    "The project's targets for this run's device, each with the measured value and whether it is met."
+    """The project's targets for this run's device, each with the measured value, its range over the repeats of the
+    figures it comes from (low == high for a figure measured once) and `judge`'s verdict on that range."""
     gpu = res['meta']['args']['device'] == 'cuda'
     cs,vs = res['contenders'],res['ratios'].get('vs_stock_shuffle', {})
-    # both stock contenders build the same TabularPandas: the faster build is the (stricter) reference
-    tp = [cs[n]['preprocess_s'] for n in REFERENCES if cs.get(n, {}).get('status') == 'ok']
-    cpu = lambda c: (c.get('preprocess_cpu_s') or 0) + (c.get('dataloaders_cpu_s') or 0) or None
-    tc = [cpu(cs[n]) for n in REFERENCES if cs.get(n, {}).get('status') == 'ok' and cpu(cs[n])]
+    refs = [cs[n] for n in REFERENCES if cs.get(n, {}).get('status') == 'ok']
+    # both stock contenders build the same TabularPandas: the faster build is the (stricter) reference, and every
+    # build of either is a repeat of it
+    tp = [x for r in refs for x in _repeats(r, 'preprocess_s')]
+    # CPU time is steadier than wall time where other jobs share the machine
+    tc = [b for b in map(_cpu_bounds, refs) if b]
     out = []
-    def add(label, name, ref, v, target, smaller=False):
-        met = None if v is None else (v <= target if smaller else v >= target)
-        out.append({'name': label, 'contender': name, 'reference': ref, 'value': v, 'target': target, 'met': met})
+    def add(label, name, ref, v, target, smaller=False, rng=None):
+        lo,hi = rng or (v, v)   # no range: a figure measured once, judged on that figure
+        verdict = None if v is None else judge(target, lo, hi, smaller)
+        out.append({'name': label, 'contender': name, 'reference': ref, 'value': v, 'target': target,
+                    'smaller': smaller, 'range': None if v is None else [lo, hi],
+                    'verdict': verdict, 'met': {'met': True, 'NOT met': False}.get(verdict)})
     def worst(d, lo=32768, hi=204800):
-        "The smallest value over the batch sizes in the targets' range (all batch sizes if none is)."
-        v = [x for bs,x in (d or {}).items() if lo <= int(bs) <= hi and x is not None] or \
-            [x for x in (d or {}).values() if x is not None]
-        return min(v) if v else None
+        "The batch sizes in the targets' range (all of them if none is), and the smallest value over them."
+        bss = [bs for bs,x in (d or {}).items() if lo <= int(bs) <= hi and x is not None] or \
+              [bs for bs,x in (d or {}).items() if x is not None]
+        return bss, (min(d[bs] for bs in bss) if bss else None)
     for name in ('gpu_cudf', 'gpu_pandas') if gpu else ('gpu_pandas',):
         if name not in vs: continue
-        cuda = gpu and name == 'gpu_cudf'
+        cuda,c = gpu and name == 'gpu_cudf',cs[name]
         add('preprocess vs TabularPandas', name, 'fastest stock TabularPandas build',
-            ratio(min(tp), cs[name].get('preprocess_s')) if tp else None, 20. if cuda else 1.)
-        add('loader vs TabDataLoader (true shuffle), bs 32k-200k', name, 'stock_shuffle',
-            worst(vs[name]['loader_speedup']), 200. if cuda else 10.)
+            ratio(min(tp), c.get('preprocess_s')) if tp else None, 20. if cuda else 1.,
+            rng=ratio_range(tp, _repeats(c, 'preprocess_s')))
+        # the smallest speedup over the batch sizes lies between the smallest low and the smallest high
+        bss,v = worst(vs[name]['loader_speedup'])
+        rs = [ratio_range(_epochs(c, bs), _epochs(cs['stock_shuffle'], bs)) for bs in bss]
+        add('loader vs TabDataLoader (true shuffle), bs 32k-200k', name, 'stock_shuffle', v, 200. if cuda else 10.,
+            rng=(min(r[0] for r in rs), min(r[1] for r in rs)) if rs and None not in rs else None)
+        # measured once: a training epoch, the memory figures, the gather bandwidth (itself a mean of many calls)
         if cuda: add('one training epoch vs stock fastai', name, 'stock_shuffle', vs[name]['train_speedup'], 20.)
         else:
+            # peak RSS counts bytes, not time: a busy machine slows a process but hardly changes the pages it
+            # touches, and a repeat would take a fresh process per contender; it is judged on its one figure
             add('peak RSS <= TabularPandas (ratio)', name, 'stock_shuffle', vs[name]['peak_rss_ratio'], 1., True)
-            # CPU time is steadier than wall time where other jobs share the machine
+            ours = _cpu_bounds(c)
             add('in-memory ETL (build + packing) vs TabularPandas, CPU time', name, 'least stock TabularPandas CPU',
-                ratio(min(tc), cpu(cs[name])) if tc and cpu(cs[name]) else None, 1.5)
-        held = cs[name].get('held_after_dataloaders') or {}
+                ratio(min(b[0] for b in tc), ours[0]) if tc and ours else None, 1.5,
+                rng=ratio_range([x for b in tc for x in b], ours) if tc and ours else None)
+        held = c.get('held_after_dataloaders') or {}
         if cuda: add('resident after dataloaders() <= packed rows (ratio)', name, 'its packed rows',
                      held.get('resident_vs_packed'), 1.2, True)
         if gpu: add('device memory after dataloaders() <= packed rows (ratio)', name, 'its packed rows',
-                    cs[name].get('gpu_resident_vs_packed'), 1.2, True)
-        gb = cs[name].get('gather_bandwidth')
+                    c.get('gpu_resident_vs_packed'), 1.2, True)
+        gb = c.get('gather_bandwidth')
         if gpu and gb:
             add('batch gather vs device copy bandwidth', name, 'copy_ of same-size buffers',
-                worst({bs: d['fraction_of_copy'] for bs,d in gb.items()}), .5)
+                worst({bs: d['fraction_of_copy'] for bs,d in gb.items()})[1], .5)
     return out
 
 def _curve_growth(curve:dict) -> dict:
@@ -138,15 +172,15 @@ def format_table(res:dict) -> str:
     hw,v = m['hardware'],m['versions']
     out = [f"fastai_gpu_tabular bench: {m['data']['rows']:,} rows, device {m['args']['device']}, {m['timestamp']}",
            (f"CPU {hw['cpu']} ({hw['cores_usable']}/{hw['cores']} cores), RAM {hw['ram_gb']} GB, GPU "
-            f"{(hw['gpu'] or {}).get('name', 'none')}; load average {hw['loadavg'][0]} at the start, "
-            f"{m.get('loadavg_end', ['?'])[0]} at the end; torch threads {m['args']['threads'] or 'default'}"),
+            f"{(hw['gpu'] or {}).get('name', 'none')}; torch threads {m['args']['threads'] or 'default'}"),
+           load_line(hw.get('loadavg'), m.get('loadavg_end'), hw['cores_usable']),
            'versions: ' + ', '.join(f'{k} {x}' for k,x in v.items() if x), '']
     names = list(cs)
     bss = sorted({bs for c in cs.values() for bs in c.get('loader_rows_per_s', {})}, key=int)
-    metrics = [('status', 'status'), ('preprocess s' + (', fastest build' if m['args'].get('repeat_preprocess', 1) > 1
-                                                       else ''), 'preprocess_s'), ('dataloaders() s', 'dataloaders_s'),
-               ('preprocess CPU s' + (', least' if m['args'].get('repeat_preprocess', 1) > 1 else ''),
-                'preprocess_cpu_s'), ('dataloaders() CPU s', 'dataloaders_cpu_s'),
+    least = ', least after the first build' if m['args'].get('repeat_preprocess', 1) > 1 else ''   # `warm`
+    metrics = [('status', 'status'), ('preprocess s' + least, 'preprocess_s'), ('dataloaders() s' + least,
+                                                                                'dataloaders_s'),
+               ('preprocess CPU s' + least, 'preprocess_cpu_s'), ('dataloaders() CPU s' + least, 'dataloaders_cpu_s'),
                ('peak RSS MB', 'peak_rss_mb'), ('RSS increase MB', 'rss_increase_mb'), ('peak GPU MB', 'peak_gpu_mb'),
                ('GPU peak during load+build MB', 'etl_peak_gpu_mb'),
                ('GPU allocated after dataloaders() MB', 'gpu_after_dataloaders_mb'),
@@ -159,9 +193,19 @@ def format_table(res:dict) -> str:
     if any(len(cs[n].get('preprocess_s_all') or ()) > 1 for n in names):   # the fastest build is the row above
         rows.insert(2, ['preprocess s, first build'] + [fmt((cs[n].get('preprocess_s_all') or [None])[0])
                                                         for n in names])
+    # how steady the timed figures were: max / min - 1 over their repeats (the builds after the first)
+    sp = lambda n: cs[n].get('spread') or {}
+    rows += [[f'spread of {lbl}, max/min - 1'] + [fmt_spread(sp(n).get(k)) for n in names]
+             for lbl,k in (('preprocess s', 'preprocess_s'), ('preprocess CPU s', 'preprocess_cpu_s'),
+                           ('dataloaders() CPU s', 'dataloaders_cpu_s'))
+             if any(sp(n).get(k) for n in names)]
     for bs in bss:
         rows.append([f'loader rows/s bs={bs}'] + [fmt(cs[n].get('loader_rows_per_s', {}).get(bs)) +
                      ('*' if cs[n].get('loader_detail', {}).get(bs, {}).get('capped') else '') for n in names])
+    for bs in bss:
+        loader_sp = [(sp(n).get('loader_rows_per_s') or {}).get(bs) for n in names]
+        if any(loader_sp):
+            rows.append([f'spread of loader epochs bs={bs}, max/min - 1'] + [fmt_spread(x) for x in loader_sp])
     for bs in bss:   # the loader against bare `index_select`s of the same packed rows: the gather's floor
         share = [cs[n].get('loader_detail', {}).get(bs, {}).get('loader_vs_bare') for n in names]
         if any(share): rows.append([f'loader / bare index_select rows/s bs={bs}'] + [fmt(x, 'x') for x in share])
@@ -176,7 +220,10 @@ def format_table(res:dict) -> str:
     rows += [['train rows/s (1 epoch)'] + [fmt(cs[n].get('train_rows_per_s')) for n in names],
              ['end to end s (load, build, loaders, epoch, preds)'] + [fmt(cs[n].get('end_to_end_s')) for n in names],
              ['valid AUC'] + [fmt(cs[n].get('valid_auc'), 'num') if cs[n].get('valid_auc') is None
-                              else f"{cs[n]['valid_auc']:.4f}" for n in names]]
+                              else f"{cs[n]['valid_auc']:.4f}" for n in names],
+             ['load average (1 min), start / end'] + [
+                 f"{cs[n]['loadavg_start'][0]:.2f} / {cs[n]['loadavg_end'][0]:.2f}"
+                 if cs[n].get('loadavg_start') and cs[n].get('loadavg_end') else '-' for n in names]]
     out.append(table(['metric'] + names, rows))
     for ref,vs in res['ratios'].items():
         if not vs: continue
@@ -194,10 +241,13 @@ def format_table(res:dict) -> str:
                  ['valid AUC delta'] + [fmt(vs[n]['valid_auc_delta'], 'd') for n in ns]]
         out.append(table(['metric'] + ns, rows))
     if res.get('targets'):
-        out += ['', 'targets']
-        rows = [[t['name'], t['contender'], fmt(t['value'], 'x'), f"{'<=' if 'ratio' in t['name'] else '>='} "
-                 + f"{t['target']}x", {True: 'met', False: 'NOT met', None: '-'}[t['met']]] for t in res['targets']]
-        out.append(table(['target', 'contender', 'value', 'target', ''], rows))
+        out += ['', 'targets: met when even the worst of the repeats meets it, NOT met when even the best misses it, '
+                'within noise between; a figure measured once (peak RSS) is judged on it alone']
+        rng = lambda r: '-' if not r else 'one figure' if r[0] == r[1] else f'{r[0]:.2f}-{r[1]:.2f}x'
+        rows = [[t['name'], t['contender'], fmt(t['value'], 'x'), rng(t.get('range')),
+                 f"{'<=' if t.get('smaller', 'ratio' in t['name']) else '>='} {t['target']}x", verdict(t)]
+                for t in res['targets']]
+        out.append(table(['target', 'contender', 'value', 'range over repeats', 'target', ''], rows))
     for n in names:
         gb = cs[n].get('gather_bandwidth')
         if not gb: continue
