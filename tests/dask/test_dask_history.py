@@ -21,6 +21,7 @@ from fastai_gpu_tabular.all import (
     NormalizeMinMax,
     TabularGPU,
 )
+from fastai_gpu_tabular.backend import to_pandas
 from fastai_gpu_tabular.datasets import load_flights, load_movielens_100k
 from fastai_gpu_tabular.ops.numeric import qcut_bins
 
@@ -197,3 +198,16 @@ def test_history_lists_against_a_loop(ratings):
     got = td.items.compute().sort_index()['item_id_last3_user_id']
     want = loop_history(df, 'item_id', 'user_id', 'timestamp', 3)
     assert sum(map(len, want)) > 5000 and [list(g) for g in got] == want
+
+@pytest.mark.parametrize('source', ['parquet', 'dask'])
+def test_side_table_options_on_dask(ratings, movies, tmp_path, source):
+    """A side table with repeated keys (the last row kept), given as a Parquet file or a Dask frame: the Dask Tabular's
+    rows and state are the in-memory one's, bit for bit."""
+    dup = pd.concat([movies, movies.iloc[:50].assign(ratings=-1., genre='Dup')], ignore_index=True)
+    dup = dup.sample(frac=1, random_state=3).reset_index(drop=True)
+    dup.to_parquet(tmp_path/'movies.parquet')
+    table = tmp_path/'movies.parquet' if source == 'parquet' else dd.from_pandas(dup, npartitions=2, sort=False)
+    td, tg = both(ratings, lambda: [JoinExternal(table, 'item_id', on_duplicates='last'), Categorify, FillMissing,
+                                    Normalize], KW)
+    same(td, tg)
+    assert (to_pandas(tg.items).genre != 0).any() and 'Dup' in list(tg.classes['genre'])
