@@ -208,6 +208,16 @@ def test_value_counts_unsorted_by_first_position_on_26_10(cudf):
     vc = cudf.Series([3, 1, 3, 2]).value_counts(sort=False).to_pandas()
     assert vc.index.tolist() == [3, 1, 2] and vc.tolist() == [2, 1, 1]
 
+def test_groupby_sorts_only_when_asked(cudf):
+    """indexed_frame.py:5752-5753 @6a22d1d, :5645-5646 @v26.06.01: `sort` defaults to False, the groups in a hash
+    table's order (no order to assert: the same groups and sums); groupby.py:1391-1392 @6a22d1d: `sort=True` sorts"""
+    keys = [(7 * i) % 1000 for i in range(3000)]
+    df = cudf.DataFrame({'k': keys, 'v': list(range(3000))})
+    want = pd.DataFrame({'k': keys, 'v': range(3000)}).groupby('k').v.sum()
+    got = df.groupby('k')['v'].sum().to_pandas()
+    assert sorted(got.index) == list(want.index) and (got.sort_index() == want).all()
+    assert df.groupby('k', sort=True)['v'].sum().to_pandas().index.tolist() == list(want.index)
+
 # --- strings ----------------------------------------------------------------------------------------------------------
 def test_string_astype_number_refuses_non_numbers(cudf):
     "core/column/string.py:248-253 @v26.06.01: a value that is not a number is a ValueError"

@@ -190,6 +190,9 @@ class _Served:
         except AttributeError:
             raise NotImplementedError(f"the cuDF stand-in does not serve {obj._api}.{name} yet") from None
         if info['kind'] in ('property', 'attribute') or not callable(target): return _device(target, obj)
+        if isinstance(obj, _GroupBy) and obj._hashed and name in _GROUP_REDUCTIONS:   # one row a group: hash order
+            f = lambda *a, **k: _device(_hashed_groups(target(*_host(a), **_host(k))))
+            return _checked(obj._api, name, info, f)
         return _checked(obj._api, name, info, lambda *a, **k: _device(target(*_host(a), **_host(k)), obj))
 
 def _checked(cls, name, info, f):
@@ -451,7 +454,7 @@ class Series(_Column):
     def groupby(self, by=None, axis=0, level=None, as_index=True, sort=no_default, group_keys=False, observed=True,
                 dropna=True):
         return SeriesGroupBy(self._pd.groupby(_host(by), level=level, as_index=as_index, observed=observed,
-                                              dropna=dropna, sort=True if sort is no_default else sort), self)
+                                              dropna=dropna, sort=sort is True), self, sort is not True)
 
     def _reduce(self, op, axis=no_default, skipna=True, numeric_only=False, min_count=0, ddof=1, **kwargs):
         """A reduction as `ColumnBase._reduce` makes it (column.py:2945-2990 @6a22d1d): NaN counts as null and nulls
@@ -727,7 +730,7 @@ class DataFrame(_DeviceData):
     def groupby(self, by=None, axis=0, level=None, as_index=True, sort=no_default, group_keys=False, observed=True,
                 dropna=True):
         return DataFrameGroupBy(self._pd.groupby(_host(by), level=level, as_index=as_index, observed=observed,
-                                                 dropna=dropna, sort=True if sort is no_default else sort), self)
+                                                 dropna=dropna, sort=sort is True), self, sort is not True)
 
     def _binop(self, other, op): return DataFrame._of(op(self._pd, _operand(other, self._pd)))
 
@@ -795,8 +798,10 @@ class DatetimeProperties(_Accessor):
     _api, _attr = 'DatetimeProperties', 'dt'
 
 class _GroupBy(_Obj):
-    def __init__(self, g, parent): self._pd, self._parent = g, parent
-    def __getitem__(self, key): return SeriesGroupBy(self._pd[_host(key)], self._parent)
+    """`hashed`: groups come in a hash table's order, not sorted: `sort` defaults to False (indexed_frame.py:5752-5753
+    @6a22d1d, :5645-5646 @v26.06.01), and only `sort=True` sorts the keys (groupby.py:1391-1392 @6a22d1d)."""
+    def __init__(self, g, parent, hashed=False): self._pd, self._parent, self._hashed = g, parent, hashed
+    def __getitem__(self, key): return SeriesGroupBy(self._pd[_host(key)], self._parent, self._hashed)
     def __iter__(self): raise TypeError("cuDF groupby objects are not iterable")
 
 class DataFrameGroupBy(_GroupBy):
@@ -906,6 +911,15 @@ def _dtype_equal(a, b) -> bool:
     if isinstance(a, pd.StringDtype) or isinstance(b, pd.StringDtype): return type(a) is type(b) and a == b
     try: return a == b
     except TypeError: return False
+
+# the groupby methods that give one row a group, indexed by the keys: in a hash table's order unless sorted
+_GROUP_REDUCTIONS = {'agg', 'aggregate', 'count', 'first', 'idxmax', 'idxmin', 'last', 'max', 'mean', 'median', 'min',
+                     'nunique', 'prod', 'size', 'std', 'sum', 'var'}
+
+def _hashed_groups(r):
+    "A groupby's result (one row a group, the keys its index) in the order of the keys' hashes"
+    if not isinstance(r, (pd.Series, pd.DataFrame)) or isinstance(r.index, pd.RangeIndex): return r
+    return r.iloc[np.argsort(pd.util.hash_pandas_object(r.index, index=False).to_numpy(), kind='stable')]
 
 def _hash_order(ix:pd.Index) -> np.ndarray:
     "A stand-in for the order of a hash table's groups: the values' hashes (pandas' `hash_array`), not their order"
