@@ -299,9 +299,7 @@ def joint_of(proc) -> dict:
 
 def check_joint(proc, to, groups:dict) -> None:
     "A joint group's columns take no buckets (hashed values or `num_buckets`): their codes would differ."
-    bad = [n for n in groups if buckets_of(proc, n) or is_bucket_dtype(to.items._meta[n].dtype
-                                                                         if hasattr(to.items, '_meta') else
-                                                                         to.items[n].dtype)]
+    bad = [n for n in groups if buckets_of(proc, n) or is_bucket_dtype(to.items[n].dtype)]   # a Dask column's too
     if bad: raise ValueError(f"Categorify(joint) names {bad}, which have hash buckets (HashBucket, HashedCross or "
                              "num_buckets): a joint vocabulary holds values, not buckets")
 
