@@ -253,6 +253,13 @@ def test_series_memory_usage(cudf):
     assert cudf.Series([1, None, 3]).memory_usage(index=False) == 24 + 64
     assert cudf.Series(['ab', None, 'c']).memory_usage(index=False) == 3 + 4 * 4 + 64
 
+def test_categorical_memory_usage(cudf):
+    """categorical.py:702-703 @v26.06.01, :726-727 @6a22d1d: the codes, stored unsigned (dtypes.py:248-250
+    @v26.06.01, :248-251 @6a22d1d: one byte a row for 200 categories, where pandas' signed codes take two), plus the
+    categories"""
+    s = cudf.Series([f'{i:03d}' for i in range(200)] * 2).astype('category')
+    assert s.memory_usage(index=False) == 400 * 1 + (200 * 3 + 4 * 201)
+
 def test_frame_memory_usage_index_first(cudf):
     "dataframe.py:1855-1900 @6a22d1d: the index's bytes first (a RangeIndex none), then each column's"
     m = cudf.from_pandas(pd.DataFrame({'a': [1, 2], 'b': [1.0, 2.0]})).memory_usage().to_pandas()

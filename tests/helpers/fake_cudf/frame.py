@@ -73,10 +73,14 @@ class CategoricalDtype(_Dtype):
     def __repr__(self): return f'CategoricalDtype(categories={self._categories!r}, ordered={self._ordered})'
     @property
     def _codes_dtype(self):
-        "26.06's codes are unsigned (dtypes.py:248-250 @v26.06.01); 26.10's pandas' signed ones (dtypes.py:254-270)"
+        """The codes as stored: the smallest unsigned type on both lines (dtypes.py:248-250 @v26.06.01, :248-251
+        @6a22d1d), which `memory_usage` counts"""
         n = 0 if self._categories is None else len(self._categories)
-        if CONF.version == '26.06':
-            return next(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64) if n <= np.iinfo(t).max)
+        return next(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64) if n <= np.iinfo(t).max)
+    @property
+    def _pandas_codes_dtype(self):
+        "26.10's `.cat.codes`: pandas' signed type (dtypes.py:253-270 @6a22d1d); 26.06 has no such cast"
+        n = 0 if self._categories is None else len(self._categories)
         return pd.Categorical.from_codes([], categories=range(n)).codes.dtype
 CategoricalDtype.__module__ = 'cudf.core.dtypes'
 
@@ -782,10 +786,11 @@ class CategoricalAccessor(_Accessor):
     def categories(self): return self._s._dtype.categories
     @property
     def codes(self):
-        "the codes with the column's nulls, in the codes dtype of the version (see `CategoricalDtype._codes_dtype`)"
-        s = self._s._pd
+        """the codes with the column's nulls: 26.06's as stored, unsigned (accessors/categorical.py:87-97 @v26.06.01);
+        26.10's cast to pandas' signed type (accessors/categorical.py:97-99 @6a22d1d)"""
+        s, dt = self._s._pd, self._s._dtype
         c = s.cat.codes.to_numpy().astype(np.int64)
-        vals = np.where(c < 0, 0, c).astype(self._s._dtype._codes_dtype)
+        vals = np.where(c < 0, 0, c).astype(dt._codes_dtype if CONF.version == '26.06' else dt._pandas_codes_dtype)
         return Series._of(pd.Series(pd.arrays.IntegerArray(vals, c < 0), index=s.index, name=s.name))
 
 class ListMethods(_Accessor):
@@ -926,13 +931,16 @@ def _hash_order(ix:pd.Index) -> np.ndarray:
     return pd.util.hash_array(np.asarray(ix.astype(object)), categorize=False)
 
 def _col_memory(s:pd.Series, shown) -> int:
-    """Device bytes of a column as `_plc_memory_usage` counts them (column.py:1541-1557 @6a22d1d): its data (codes for
-    a categorical), a null mask where it has nulls (padded to 64 bytes), its children (a string's or list's int32
-    offsets, a list's elements)."""
+    """Device bytes of a column as `_plc_memory_usage` counts them (column.py:1541-1557 @6a22d1d): its data, a null
+    mask where it has nulls (padded to 64 bytes), its children (a string's or list's int32 offsets, a list's
+    elements); a categorical's, its unsigned codes and its categories (categorical.py:702-703 @v26.06.01, :726-727
+    @6a22d1d)."""
     n = len(s)
     nulls = s.isna()
     mask = ((n + 511) // 512) * 64 if bool(nulls.any()) else 0
-    if isinstance(shown, CategoricalDtype): return n * shown._codes_dtype.itemsize + mask
+    if isinstance(shown, CategoricalDtype):
+        cats = pd.Series(s.cat.categories)
+        return n * shown._codes_dtype.itemsize + mask + _col_memory(cats, _shown_dtype(cats.dtype))
     if isinstance(shown, ListDtype):
         flat = pd.Series(pc_list_flatten(s))
         return 4 * (n + 1) + _col_memory(flat, _shown_dtype(flat.dtype)) + mask
