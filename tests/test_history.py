@@ -325,7 +325,7 @@ def test_a_late_event_gets_nan_not_an_error(ratings):
     pd.testing.assert_frame_equal(got.drop(index=250).reset_index(drop=True), ref)
     x_cat, x_cont = learn.dls.test_dl(rows.drop(columns='rating'), bs=len(rows)).one_batch()[:2]
     assert x_cont.shape[0] == len(rows)
-    np.testing.assert_array_equal(x_cont[250].numpy(), np.float32([late.timestamp.iloc[0], to.na_dict[lag]]))
+    np.testing.assert_array_equal(x_cont[250].cpu().numpy(), np.float32([late.timestamp.iloc[0], to.na_dict[lag]]))
     learn.predict(late.iloc[0].drop('rating'))   # a row alone: no error
 
 def test_list_slice_pads_to_a_fixed_length(ratings, as_backend):
