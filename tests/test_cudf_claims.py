@@ -42,6 +42,13 @@ def test_read_csv_floats_digit_by_digit(cudf):
     v = cudf.read_csv(io.StringIO('a\n0.3\n1.5\n'))['a'].to_pandas().tolist()
     assert v == [3 * 0.1, 1.5] and v[0] != 0.3
 
+def test_read_csv_exponent_multiplies(cudf):
+    """cpp/src/io/utilities/parsing_utils.cuh:169-177 @6a22d1d: the digits as above, then `value *= exp10(exponent)`:
+    3e-1 is 3 times exp10(-1), a float within 2 ulp of 0.3 but not 0.3 whichever way CUDA's exp10 rounds"""
+    v = cudf.read_csv(io.StringIO('a\n1.5e3\n3e-1\n-2.5E+2\n'))['a'].to_pandas().tolist()
+    assert v[0] == 1500.0 and v[2] == -250.0
+    assert v[1] != 0.3 and abs(v[1] - 0.3) <= 2 * np.spacing(0.3)
+
 def test_read_csv_all_empty_column_is_int8(cudf):
     "cpp/src/io/csv/reader_impl.cu:614-616 @6a22d1d: a column of no value is INT8, all null"
     df = cudf.read_csv(io.StringIO('a,b\n1,\n2,\n'))
@@ -168,6 +175,12 @@ def test_to_numpy_with_nulls_needs_na_value(cudf):
     with pytest.raises(ValueError): s.to_numpy(dtype='int64')
     assert s.to_numpy(dtype='int64', na_value=0).tolist() == [1, 0]
 
+def test_to_pandas_keeps_a_pyarrow_string_dtype(cudf):
+    """core/column/string.py:486-520 @6a22d1d (:367-394 @77ced62): a column from pandas' pyarrow strings comes back in
+    that dtype, its null as pandas' NA"""
+    s = cudf.from_pandas(pd.Series(['a', None], dtype='string[pyarrow]')).to_pandas()
+    assert s.dtype == pd.StringDtype('pyarrow') and s.isna().tolist() == [False, True]
+
 def test_to_pandas_of_nulls(cudf):
     "column.py:1132-1166 @v26.06.01: through Arrow, ints with nulls float64 and NaN, bools with nulls objects and None"
     i, b = cudf.Series([1, None]).to_pandas(), cudf.Series([True, None]).to_pandas()
@@ -178,6 +191,16 @@ def test_nan_is_null_to_isna(cudf):
     "core/column/numerical.py:219-234 @6a22d1d: `isnull` of a float column is its nulls or its NaN"
     s = cudf.Series([0.0, 1.0]) / 0.0
     assert s.isna().to_pandas().tolist() == [True, False] and s.notna().to_pandas().tolist() == [False, True]
+
+def test_nan_made_by_arithmetic_is_not_a_null(cudf):
+    """cpp/src/binaryop/binaryop.cpp:264-330 @6a22d1d: a binary op's nulls are its operands' (their masks ANDed), so
+    0/0 is a NaN, not a null: `isna` sees it, `has_nulls` and `null_count` do not (series.py:1684-1710)"""
+    s = cudf.Series([0.0, 1.0, None])
+    r = s / s
+    assert r.isna().to_pandas().tolist() == [True, False, True]
+    assert r.has_nulls and r.null_count == 1
+    q = cudf.Series([0.0, 1.0]) / 0.0
+    assert not q.has_nulls and q.null_count == 0 and np.isnan(q.to_pandas()[0])
 
 def test_reductions_skip_nulls(cudf):
     "column.py:2945-2990 @6a22d1d: nulls dropped, nothing left is NaN (sum 0, product 1)"
@@ -333,6 +356,40 @@ def test_cupy_iterates_zero_d_arrays(cudf):
     first = next(iter(a))
     assert type(first).__module__ == 'cupy' and first.ndim == 0 and a.tolist() == [1, 2]
 
+def test_cupy_asarray_of_a_column(cudf):
+    """cupy/_core/core.pyx:3129, 3299-3314 @v14.2.0, through cuDF's `__cuda_array_interface__`
+    (single_column_frame.py:304-315, column.py:2443-2480 @6a22d1d): a numeric column's values; with nulls a masked
+    interface, refused; a categorical raises (column/categorical.py:288-293); strings and frames have no interface, and
+    their `__array__` refuses the host copy CuPy then asks for"""
+    import cupy
+    a = cupy.asarray(cudf.Series([1.5, 2.5]))
+    assert type(a).__module__ == 'cupy' and a.get().tolist() == [1.5, 2.5]
+    with pytest.raises(ValueError, match='masked arrays'): cupy.asarray(cudf.Series([1.0, None]))
+    with pytest.raises(TypeError, match='Categorical'): cupy.asarray(cudf.Series(['a', 'b']).astype('category'))
+    for host_only in (cudf.Series(['a', 'b']), cudf.DataFrame({'a': [1]})):
+        with pytest.raises(TypeError): cupy.asarray(host_only)
+
+def test_cupy_sum_is_not_numpys_order(cudf):
+    """cupy/_core/_routines_math.pyx:115-116, _routines_statistics.pyx:148-153, _accelerator.pyx:50-52 @v14.2.0:
+    `sum`/`mean` of a whole array are CUB's device reduction, whose order is not NumPy's pairwise one: within the
+    order-free bound of the exact sum, and not NumPy's bits on every one of these arrays. `var` multiplies by
+    1/(n-ddof) (_routines_statistics.pyx:585-605, 632-636)"""
+    import math
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(100_003) * 10.0 ** rng.integers(-3, 4, 100_003) for _ in range(4)]
+    same = []
+    for x in xs:
+        d = cudf.Series(x).values
+        got, exact = float(d.sum()), math.fsum(x)
+        # any order of n additions: |error| <= (n-1) eps sum|x| (to first order; the factor 2 covers the rest)
+        assert abs(got - exact) <= 2 * (len(x) - 1) * np.finfo(np.float64).eps * np.abs(x).sum()
+        same.append(got == np.sum(x))
+        m = float(d.mean())
+        v = float(d.var(ddof=1))
+        assert abs(m - exact / len(x)) <= 2 * len(x) * np.finfo(np.float64).eps * np.abs(x).mean()
+        assert abs(v - np.var(x, ddof=1)) <= 8 * len(x) * np.finfo(np.float64).eps * np.var(x, ddof=1)
+    assert not all(same)
+
 def test_cupy_bincount_sums(cudf):
     "cupy/_statistics/histogram.py:508-519 @v14.2.0: counts, or sums of weights by atomicAdd (in no fixed order)"
     import cupy
@@ -363,6 +420,20 @@ def test_dask_to_backend_cudf(cudf):
     ddf = dd.from_pandas(pd.DataFrame({'a': [1, 2, 3]}), npartitions=2).to_backend('cudf')
     assert isinstance(ddf._meta, cudf.DataFrame) and isinstance(ddf.compute(), cudf.DataFrame)
     assert ddf['a'].sum().compute() == 6
+
+@pytest.mark.cudf(needs=['dask_cudf'])
+def test_dask_make_meta_from_names_and_dtypes(cudf):
+    """python/dask_cudf/dask_cudf/backends.py:197-265 @6a22d1d: with a cuDF parent, a dict of dtypes is an empty cuDF
+    frame, a (name, dtype) tuple an empty cuDF Series, a dtype a scalar of it"""
+    import dask_cudf  # noqa: F401
+    from dask.dataframe.utils import make_meta
+    parent = cudf.DataFrame({'x': [1]}).head(0)
+    df = make_meta({'a': 'int64', 'b': 'float64'}, parent_meta=parent)
+    assert isinstance(df, cudf.DataFrame) and len(df) == 0 and list(df.columns) == ['a', 'b']
+    assert df['a'].dtype == np.int64 and df['b'].dtype == np.float64
+    s = make_meta(('a', 'float64'), parent_meta=parent)
+    assert isinstance(s, cudf.Series) and s.name == 'a' and len(s) == 0 and s.dtype == np.float64
+    assert np.asarray(make_meta('i8', parent_meta=parent)).dtype == np.int64
 
 @pytest.mark.cudf(needs=['dask_cudf'])
 def test_dask_meta_nonempty(cudf):

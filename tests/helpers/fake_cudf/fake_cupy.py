@@ -125,7 +125,7 @@ ndarray.__hash__ = None
 for _name in ('neg', 'pos', 'abs', 'invert'):
     _op = getattr(operator, _name)
     setattr(ndarray, f'__{_name}__', lambda self, _op=_op: ndarray(np.asarray(_op(self._a))))
-for _name in ('sum', 'prod', 'min', 'max', 'mean', 'var', 'std', 'any', 'all', 'argmax', 'argmin', 'cumsum',
+for _name in ('prod', 'min', 'max', 'any', 'all', 'argmax', 'argmin', 'cumsum',
               'cumprod', 'nonzero', 'argsort', 'clip', 'round', 'take', 'repeat', 'squeeze', 'transpose', 'dot',
               'searchsorted', 'sort'):
     def _method(self, *a, _name=_name, **k):
@@ -134,6 +134,9 @@ for _name in ('sum', 'prod', 'min', 'max', 'mean', 'var', 'std', 'any', 'all', '
         r = getattr(self._a, _name)(*(_operand(x) if not isinstance(x, (tuple, list)) else x for x in a), **k)
         return None if _name == 'sort' else _wrap(r)
     setattr(ndarray, _name, _method)
+
+for _name in ('sum', 'mean', 'var', 'std'):   # CuPy's reductions, in a GPU's order (`_reduction`)
+    setattr(ndarray, _name, lambda self, *a, _name=_name, **k: _FUNCS[_name](self, *a, **k))
 
 # --- the module's functions: CuPy's of these names, over stand-in arrays --------------------------------------------
 def _device_func(name, host_ok=False):
@@ -151,9 +154,25 @@ def _device_func(name, host_ok=False):
 def asarray(a, dtype=None, order=None, *, blocking=False):
     "cupy.asarray: host data is copied to the device (the one place a NumPy array is taken)."
     if isinstance(a, ndarray): return a if dtype is None or a.dtype == dtype else a.astype(dtype)
-    if hasattr(a, '__cuda_array_interface__') or type(a).__module__.split('.')[0] in ('cudf', 'pandas'):
-        raise TypeError(f"the stand-in cannot take a {type(a)} as an array: call its `.values` or `.to_cupy()`")
+    if type(a).__module__.split('.')[0] == 'cudf':
+        r = _of_cudf(a)
+        return r if dtype is None or r.dtype == dtype else r.astype(dtype)
     return ndarray(np.array(a, dtype=dtype, order=order or 'K'))
+
+def _of_cudf(a) -> ndarray:
+    """A cuDF column (Series, Index) through its `__cuda_array_interface__` (cupy/_core/core.pyx:3129, 3299-3314
+    @v14.2.0): a numeric or bool column's values; with nulls the interface has a mask, which CuPy refuses; a string
+    column has no interface (single_column_frame.py:304-315 @6a22d1d, column/string.py:136-140), so CuPy tries
+    `__array__`, which cuDF refuses; a categorical one raises (column/categorical.py:288-293). A frame has none.
+    The stand-in copies the values where CuPy views them."""
+    dt = getattr(a, 'dtype', None)
+    if type(dt).__name__ == 'CategoricalDtype':
+        raise TypeError("Categorical does not support `__cuda_array_interface__`. Please consider using `.codes` or "
+                        "`.categories` if you need this functionality.")
+    dt = getattr(dt, 'numpy_dtype', dt)   # a pandas nullable dtype cuDF kept (column.py:2462-2464 @6a22d1d)
+    if not isinstance(dt, np.dtype) or dt.kind not in 'biufmM': return ndarray(np.array(a))   # cuDF's __array__
+    if a.has_nulls: raise ValueError('CuPy currently does not support masked arrays.')
+    return a.to_cupy()
 
 def array(obj, dtype=None, copy=True, order='K', subok=False, ndmin=0, *, blocking=False):
     return asarray(obj, dtype).copy() if copy else asarray(obj, dtype)
@@ -207,7 +226,41 @@ def _faithful(name):
         return ndarray(d)
     return functools.wraps(f)(g)
 
+_THREADS = 256
+def _tree_sum(v:np.ndarray):
+    """A sum over axis 0 in a GPU reduction's order, not NumPy's pairwise one: each of 256 threads adds its strided
+    rows in turn, then the partials are halved pairwise (as `cub::DeviceReduce::Sum`, which `sum` and `mean` call by
+    default: cupy/_core/_routines_math.pyx:115-116, _routines_statistics.pyx:148-153, _accelerator.pyx:50-52
+    @v14.2.0; the exact order depends on the GPU's tuning, so no test can count on any one order's bits)."""
+    pad = np.zeros((-len(v) % _THREADS, *v.shape[1:]), v.dtype)
+    p = np.add.reduce(np.concatenate([v, pad]).reshape(-1, _THREADS, *v.shape[1:]), axis=0)   # each thread's rows
+    while len(p) > 1: p = p[:len(p) // 2] + p[len(p) // 2:]
+    return p[0]
+
+def _reduction(name):
+    """CuPy's `sum`/`mean`/`var`/`std` of a float array (an int one's mean/var in float64), whole or over axis 0 of a
+    1-d or 2-d one: `_tree_sum`'s order; var is the sum of squared deviations from that mean times
+    `alpha = 1/(n-ddof)`, not divided (_routines_statistics.pyx:585-605, 632-636 @v14.2.0). Other calls are NumPy's."""
+    host = getattr(np, name)
+    def f(x, *args, axis=None, dtype=None, out=None, keepdims=False, ddof=0, **kw):
+        v = _operand(x)
+        kinds = 'f' if name == 'sum' else 'fiub'
+        ours = isinstance(v, np.ndarray) and v.size and v.dtype.kind in kinds and (
+            axis is None and v.ndim == 1 or axis == 0 and v.ndim in (1, 2))
+        if args or kw or dtype is not None or out is not None or keepdims or not ours:
+            extra = {'ddof': ddof} if name in ('var', 'std') else {}
+            return _wrap(host(v, *args, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **kw, **extra))
+        v = v if v.dtype.kind == 'f' else v.astype(np.float64)
+        if name == 'sum': return _wrap(_tree_sum(v))
+        mean = _tree_sum(v) / v.dtype.type(len(v))
+        if name == 'mean': return _wrap(mean)
+        n = len(v) - ddof
+        var = _tree_sum((v - mean) ** 2) * (v.dtype.type(1. / n) if n > 0 else v.dtype.type(np.nan))
+        return _wrap(var if name == 'var' else np.sqrt(var))
+    return functools.wraps(host)(f)
+
 _FUNCS = {n: _device_func(n) for n in _NAMES}
+_FUNCS.update({n: _reduction(n) for n in ('sum', 'mean', 'var', 'std')})
 _FUNCS.update({n: _faithful(n) for n in ('log1p', 'exp', 'log', 'expm1')})
 _FUNCS.update(asarray=asarray, array=array, bincount=bincount)
 _MODULE = None

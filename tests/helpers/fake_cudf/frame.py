@@ -7,6 +7,7 @@ lacks a TypeError. A name cuDF has is served by pandas' method of that name on t
 wrapped back (arrays as device arrays), unless a method here says how cuDF does it differently; each such method
 cites the cuDF source line (rapidsai/cudf at v26.06.01 = 77ced62, and 6a22d1d = 26.10.00) whose behaviour it
 reproduces."""
+import contextlib
 import functools
 import numpy as np
 import pandas as pd
@@ -27,6 +28,15 @@ class MixedTypeError(TypeError):
 MixedTypeError.__module__ = 'cudf.errors'
 
 # --- dtypes: the held (pandas) dtype and the one cuDF shows -----------------------------------------------------------
+def _nan_kept():
+    """Where a NaN made by arithmetic stays a NaN, not a null, in the held nullable floats: libcudf's binary ops give
+    NaN for 0/0, and a null only where an operand is null (the operands' masks ANDed:
+    cpp/src/binaryop/binaryop.cpp:264-330 @6a22d1d). pandas 3
+    turns such a NaN into NA unless `future.distinguish_nan_and_na` is set; pandas 2 keeps it."""
+    try: pd.get_option('future.distinguish_nan_and_na')
+    except (KeyError, pd.errors.OptionError): return contextlib.nullcontext()
+    return pd.option_context('future.distinguish_nan_and_na', True)
+
 _MASKED = {np.dtype(n): pd.api.types.pandas_dtype(m) for n,m in [
     ('int8', 'Int8'), ('int16', 'Int16'), ('int32', 'Int32'), ('int64', 'Int64'), ('uint8', 'UInt8'),
     ('uint16', 'UInt16'), ('uint32', 'UInt32'), ('uint64', 'UInt64'), ('float32', 'Float32'),
@@ -494,7 +504,7 @@ class Series(_Column):
 
     def _binop(self, other, op):
         o = _operand(other, self._pd)
-        return Series._of(op(self._pd, o))
+        with _nan_kept(): return Series._of(op(self._pd, o))
 
 class _SeriesIlocIndexer(_Obj):
     _api = '_SeriesIlocIndexer'
@@ -736,7 +746,8 @@ class DataFrame(_DeviceData):
         return DataFrameGroupBy(self._pd.groupby(_host(by), level=level, as_index=as_index, observed=observed,
                                                  dropna=dropna, sort=sort is True), self, sort is not True)
 
-    def _binop(self, other, op): return DataFrame._of(op(self._pd, _operand(other, self._pd)))
+    def _binop(self, other, op):
+        with _nan_kept(): return DataFrame._of(op(self._pd, _operand(other, self._pd)))
 
 class _DataFrameIlocIndexer(_Obj):
     _api = '_DataFrameIlocIndexer'
