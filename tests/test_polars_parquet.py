@@ -9,9 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from fastai.tabular.all import Categorify, FillMissing, Normalize, RandomSplitter, TabularPandas, range_of
+from fastai.tabular.learner import TabularLearner
 from helpers.parity import assert_same_processing
-from fastai_gpu_tabular.all import BatchDataLoaders, TabularGPU, load_adult
-from fastai_gpu_tabular.backend import read_parquet, to_pandas
+from fastai_gpu_tabular.all import BatchDataLoaders, TabularGPU, load_adult, tabular_learner
+from fastai_gpu_tabular.backend import read_parquet, sorted_dictionary, to_pandas
 
 pl = pytest.importorskip('polars', reason="polars (the `polars` extra, in the test extra) makes the frames here")
 
@@ -97,6 +98,21 @@ def test_polars_test_dl_new_and_from_df(adult):
     with pytest.raises(TypeError, match=r"got polars.Series: convert it with \.to_frame\(\)"):
         TabularGPU(pdf['age'], cont_names=['age'])
 
+def test_polars_row_predicts_as_its_pandas_row(adult):
+    """`learn.predict(pl_df[i])`, a one-row Polars frame, gives what `learn.predict(df.iloc[i])` gives (fastai's
+    `predict` calls `row.to_frame()`, which a Polars frame lacks); more rows are an error that says what to use."""
+    adult = adult.head(2000).reset_index(drop=True)
+    dls = TabularGPU(adult, splits=(list(range(1500)), list(range(1500, 2000))), **_kw()).dataloaders(bs=256)
+    learn = tabular_learner(dls, layers=[8])
+    pdf = pl.from_pandas(adult)
+    for i in (0, 7):
+        (rp, cp, pp), (rq, cq, pq_) = learn.predict(adult.iloc[i]), learn.predict(pdf[i])
+        assert torch.equal(cp, cq) and torch.equal(pp, pq_)
+        pd.testing.assert_frame_equal(rp.items, rq.items)
+    assert isinstance(learn, TabularLearner)   # fastai's, with predict widened
+    with pytest.raises(ValueError, match=r"one row, not a Polars frame of 2 rows: use `learn\.dls\.test_dl"):
+        learn.predict(pdf[:2])
+
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     "The recipe writes its file where it runs: a temporary folder."
@@ -152,6 +168,18 @@ def test_read_parquet_sorts_the_dictionary(tmp_path):
     pd.testing.assert_series_equal(got['s'], want['s'].astype('category'))
     assert list(got['s'].cat.categories) == sorted(set(want['s'].dropna()))
     pd.testing.assert_frame_equal(got.drop(columns='s'), want.drop(columns='s'))   # 'c': pandas' own categorical
+
+def test_sorted_dictionary_of_chunks_sharing_dictionaries():
+    """Chunks that share a dictionary (a row group read in batches) beside chunks with another (the next row group),
+    missing values in the indices and a dictionary value no row uses: `astype('category')` of the decoded strings."""
+    d1, d2 = pa.array(['b', 'a', 'z-unused']), pa.array(['c', 'a'])
+    chunks = [pa.DictionaryArray.from_arrays(pa.array(i, pa.int32()), d) for i,d in
+              [([0, 1, None], d1), ([1, 1], d1), ([0, None, 1], d2), ([0], d1), ([], d2)]]
+    col = pa.chunked_array(chunks)
+    want = pd.Series(col.cast(pa.string()).to_pandas()).astype('category')
+    got = pd.Series(sorted_dictionary(col))
+    pd.testing.assert_series_equal(got, want)
+    assert list(got.cat.categories) == ['a', 'b', 'c']
 
 def test_from_parquet_reads_only_named_columns_and_checks_first(adult, tmp_path, monkeypatch):
     "Only the named columns (and a split column) are read; a missing one is a KeyError before any row is read."
