@@ -1,10 +1,6 @@
 "`BatchDataLoaders`: fastai's `TabularDataLoaders` for `TabularGPU`, with its `from_df`/`from_csv` on cuDF or pandas."
 from __future__ import annotations
 
-import codecs
-import copyreg
-import functools
-import pydoc
 from pathlib import Path
 from fastai.data.transforms import IndexSplitter, RandomSplitter
 from fastai.tabular.core import Tabular
@@ -12,41 +8,15 @@ from fastai.tabular.data import TabularDataLoaders
 from fastcore.foundation import L
 from fastcore.meta import delegates
 
-from . import __version__
 from .backend import backend_of, default_backend, is_dask, is_polars, parquet_schema, read_csv, to_backend
 from .core import TabularGPU
-from .extras import install_command
+from .extras import pickled_by_lookup
 
 __all__ = ['BatchDataLoaders']
 
-class _Call:
-    "Pickled as the call `f(*args)`, which unpickling makes."
-    def __init__(self, f, *args): self.f,self.args = f,args
-    def __reduce__(self): return self.f, self.args
-
-class _New:
-    """`cls.__new__(cls, *args)`, pickled as a lookup of `cls` by `pydoc.locate` first: fastai's `load_learner` turns an
-    ImportError into `UnboundLocalError: ... 'res'`; this raises, where the package is missing, a RuntimeError saying
-    what to install, and where an import inside it fails, pydoc's `ErrorDuringImport` naming that import."""
-    def __init__(self, cls): self.cls = cls
-    def __call__(self, *args): return self.cls.__new__(self.cls, *args)   # copy.copy, copy.deepcopy
-    def __reduce__(self):
-        path = f'{self.cls.__module__}.{self.cls.__qualname__}'
-        found = _Call(pydoc.locate, path)   # None where it cannot be imported
-        err = RuntimeError(f"No module named {path.split('.')[0]!r} (or no {path} in it): this was pickled with "
-                           f"fastai_gpu_tabular {__version__}; to load it, install it: {install_command()} "
-                           "(offline, from a wheel of it: see its README's Kaggle section)")
-        fail = functools.partial(codecs.strict_errors, err)   # strict_errors raises the exception it is given
-        # unpickled: `fail` where the class was not found, else `partial(copyreg.__newobj__, cls)`;
-        # then called with args
-        return dict.get, ({None: fail}, found, _Call(functools.partial, copyreg.__newobj__, found))
-
 class BatchDataLoaders(TabularDataLoaders):
     "`TabularDataLoaders` of `BatchDataLoader`s; `test_dl` takes a cuDF, pandas or Polars frame"
-    def __reduce_ex__(self, protocol):
-        # an exported learner's first object of this package: unpickled, it says what is missing, if anything is
-        _, args, *rest = super().__reduce_ex__(2)
-        return (_New(type(self)), args[1:], *rest)
+    def __reduce_ex__(self, protocol): return pickled_by_lookup(self, super().__reduce_ex__(2))
 
     @classmethod
     @delegates(Tabular.dataloaders, but=["dl_type", "dl_kwargs"])

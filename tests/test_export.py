@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import torch
 from fastai.tabular.all import FillMissing, Normalize, load_learner
+from fastai.tabular.learner import TabularLearner
 from helpers.faults import SmallDisk
 import fastai_gpu_tabular
 from fastai_gpu_tabular.all import Categorify, TabularGPU, load_adult, load_movielens_100k, tabular_learner
@@ -273,7 +274,9 @@ def test_load_learner_in_fresh_python(adult, tmp_path, monkeypatch):
     from `sys.modules` before each: each unpickling imports what it needs, as in a Python of its own."""
     learn, _, rows = adult
     learn.export(tmp_path/'learn.pkl')
-    monkeypatch.setattr(BatchDataLoaders, '__reduce_ex__', object.__reduce_ex__)   # the previous version's pickle
+    # the previous version's pickle: fastai's learner class, the loaders pickled by class
+    monkeypatch.setattr(BatchDataLoaders, '__reduce_ex__', object.__reduce_ex__)
+    monkeypatch.setattr(learn, '__class__', TabularLearner)
     learn.export(tmp_path/'previous.pkl')
     monkeypatch.undo()
     for f,locate in (('learn.pkl', True), ('previous.pkl', False)):   # the previous version pickled the class itself
@@ -294,8 +297,9 @@ def test_load_learner_in_fresh_python(adult, tmp_path, monkeypatch):
     assert list(err) == [c for c,*_ in cases], res.stdout[-2000:]
     assert err['missing'].startswith("RuntimeError: No module named 'fastai_gpu_tabular'"), err['missing']
     assert f'to load it, install it: {install_command()}' in err['missing']   # the README's install: not on PyPI yet
-    assert err['broken'] == ("pydoc.ErrorDuringImport: problem in fastai_gpu_tabular.data - ModuleNotFoundError: No "
-                             "module named 'fastai_gpu_tabular.backend'")
+    # the learner is the pickle's first object of the package
+    assert err['broken'] == ("pydoc.ErrorDuringImport: problem in fastai_gpu_tabular.train.learner - "
+                             "ModuleNotFoundError: No module named 'fastai_gpu_tabular.backend'")
     with learn.no_bar(): preds,_ = learn.get_preds(dl=learn.dls.test_dl(rows))
     for case,f,_ in cases[2:]:
         assert err[case] == '', err[case]

@@ -16,10 +16,10 @@ STAR = ['AUC', 'BatchDataLoader', 'BatchDataLoaders', 'Categorify', 'Distributed
         'load_adult', 'load_flights', 'load_flights_3m', 'load_movielens', 'load_movielens_100k', 'make_criteo',
         'murmur3_32', 'no_wd_params', 'onnx_inputs', 'rank_metrics', 'register_saved_proc', 'require_cudf', 'scale_lr',
         'scale_wd', 'tabular_learner', 'to_pandas', 'to_tf', 'torch_optimizer_lamb', 'use_rmm_for_torch', 'warmup_pct']
-# a key's history, side tables and numbers' procs (history.py, joins.py, numeric.py), importance.py's, and
-# aggregate.py's Groupby (rows to one row per key)
+# a key's history, side tables and numbers' procs (history.py, joins.py, numeric.py), importance.py's, aggregate.py's
+# Groupby (rows to one row per key), and the learner `tabular_learner` gives (its `predict` takes a Polars row)
 STAR = sorted(STAR + ['Bucketize', 'Clip', 'DifferenceLag', 'Groupby', 'History', 'JoinExternal', 'ListSlice', 'LogOp',
-                      'NormalizeMinMax', 'permutation_importance', 'plot_importance'])
+                      'NormalizeMinMax', 'TabularLearnerGPU', 'permutation_importance', 'plot_importance'])
 
 def star_names() -> set:
     ns = {}

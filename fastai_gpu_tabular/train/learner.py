@@ -10,10 +10,24 @@ from fastai.tabular.model import get_emb_sz, tabular_config
 from fastcore.foundation import L
 from fastcore.meta import delegates
 
+from ..backend import is_polars, to_backend
+from ..extras import pickled_by_lookup
 from .model import TabularModelGPU
 from .optimizer import sparse_opt
 
-__all__ = ['tabular_learner']
+__all__ = ['TabularLearnerGPU', 'tabular_learner']
+
+class TabularLearnerGPU(TabularLearner):
+    "fastai's `TabularLearner`, whose `predict` also takes a Polars row: a one-row Polars DataFrame, as `pl_df[i]` is"
+    def predict(self, row):
+        if is_polars(row):   # fastai's predict calls `row.to_frame()`: a pandas row, read as a Polars frame is
+            df = to_backend(row, 'pandas')
+            if len(df) != 1: raise ValueError(f"predict takes one row, not a Polars frame of {len(df)} rows: use "
+                                              "`learn.dls.test_dl(df)` and `learn.get_preds(dl=...)` for many")
+            row = df.iloc[0]
+        return super().predict(row)
+
+    def __reduce_ex__(self, protocol): return pickled_by_lookup(self, super().__reduce_ex__(2))
 
 def sparse_columns(to, sparse) -> list:
     "Indices of the cat columns to give sparse gradients: `sparse` names them, or is a table size above which all are."
@@ -40,7 +54,7 @@ def tabular_learner(dls:DataLoaders, layers:list=None, emb_szs:dict|int=None, co
                     fused:bool=False,
                     bag_mode:str='mean', # how a multi-hot column's element embeddings combine: 'mean' or 'sum'
                     sparse_lr_mult:float=1., # the sparse tables' learning rate, as a multiple of the dense one
-                    **kwargs) -> TabularLearner:
+                    **kwargs) -> TabularLearnerGPU:
     """fastai's `tabular_learner` (same signature and defaults) building `TabularModelGPU`: multi-hot columns become
     embedding bags, `sparse` tables get sparse gradients (and the optimizer a sparse update for them, behind the same
     fastai optimizer), `fused` looks all tables up at once. `emb_szs` may also be an int: every table that wide."""
@@ -61,7 +75,7 @@ def tabular_learner(dls:DataLoaders, layers:list=None, emb_szs:dict|int=None, co
     model = TabularModelGPU(emb_szs, len(dls.cont_names), n_out, layers, y_range=y_range, bags=bags, sparse=sparse,
                             fused=fused, bag_mode=bag_mode, shared=shared, **config)
     if sparse: kwargs['opt_func'] = sparse_opt(kwargs.get('opt_func', Adam), sparse_lr_mult=sparse_lr_mult)
-    learn = TabularLearner(dls, model, **kwargs)
+    learn = TabularLearnerGPU(dls, model, **kwargs)
     for m in learn.metrics:   # a ranking metric's group column: checked now, not after a training epoch
         if hasattr(m, 'check_dls'): m.check_dls(dls)
     return learn
