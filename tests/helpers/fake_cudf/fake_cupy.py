@@ -239,17 +239,18 @@ def _tree_sum(v:np.ndarray):
 
 def _reduction(name):
     """CuPy's `sum`/`mean`/`var`/`std` of a float array (an int one's mean/var in float64), whole or over axis 0 of a
-    1-d or 2-d one: `_tree_sum`'s order; var is the sum of squared deviations from that mean times
+    2-d one: `_tree_sum`'s order; var is the sum of squared deviations from that mean times
     `alpha = 1/(n-ddof)`, not divided (_routines_statistics.pyx:585-605, 632-636 @v14.2.0). Other calls are NumPy's."""
     host = getattr(np, name)
-    def f(x, *args, axis=None, dtype=None, out=None, keepdims=False, ddof=0, **kw):
+    def f(x, axis=None, *args, dtype=None, out=None, keepdims=False, ddof=0, **kw):   # `a.sum(0)` too
         v = _operand(x)
         kinds = 'f' if name == 'sum' else 'fiub'
         ours = isinstance(v, np.ndarray) and v.size and v.dtype.kind in kinds and (
-            axis is None and v.ndim == 1 or axis == 0 and v.ndim in (1, 2))
+            axis is None or axis == 0 and v.ndim in (1, 2))
         if args or kw or dtype is not None or out is not None or keepdims or not ours:
             extra = {'ddof': ddof} if name in ('var', 'std') else {}
             return _wrap(host(v, *args, axis=axis, dtype=dtype, out=out, keepdims=keepdims, **kw, **extra))
+        v = v.ravel() if axis is None else v
         v = v if v.dtype.kind == 'f' else v.astype(np.float64)
         if name == 'sum': return _wrap(_tree_sum(v))
         mean = _tree_sum(v) / v.dtype.type(len(v))
