@@ -92,9 +92,10 @@ def run_suite(opts) -> dict:
     threads = torch.get_num_threads()   # given back after: `main` may be called from Python, as the tests do
     if opts.threads: torch.set_num_threads(opts.threads)
     t0,ran_on = time.perf_counter(),torch.get_num_threads()
+    hw = hardware(opts.device)   # before the run: its load average is the start's
     try: res = _suite(opts.suite).run(opts)
     finally: torch.set_num_threads(threads)
-    meta = {'schema_version': SCHEMA_VERSION, 'suite': opts.suite, 'hardware': hardware(opts.device),
+    meta = {'schema_version': SCHEMA_VERSION, 'suite': opts.suite, 'hardware': hw,
             'versions': versions(), 'timestamp': datetime.now(UTC).isoformat(timespec='seconds'),
             'command': ' '.join(['python -m fastai_gpu_tabular.bench'] + [shlex.quote(a) for a in opts.argv]),
             'wall_s': round(time.perf_counter() - t0, 1), 'torch_threads': ran_on,

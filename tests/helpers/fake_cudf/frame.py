@@ -28,14 +28,14 @@ class MixedTypeError(TypeError):
 MixedTypeError.__module__ = 'cudf.errors'
 
 # --- dtypes: the held (pandas) dtype and the one cuDF shows -----------------------------------------------------------
+try: pd.get_option('future.distinguish_nan_and_na'); _NAN_OPTION = True   # pandas 3
+except (KeyError, pd.errors.OptionError): _NAN_OPTION = False
+
 def _nan_kept():
     """Where a NaN made by arithmetic stays a NaN, not a null, in the held nullable floats: libcudf's binary ops give
-    NaN for 0/0, and a null only where an operand is null (the operands' masks ANDed:
-    cpp/src/binaryop/binaryop.cpp:264-330 @6a22d1d). pandas 3
-    turns such a NaN into NA unless `future.distinguish_nan_and_na` is set; pandas 2 keeps it."""
-    try: pd.get_option('future.distinguish_nan_and_na')
-    except (KeyError, pd.errors.OptionError): return contextlib.nullcontext()
-    return pd.option_context('future.distinguish_nan_and_na', True)
+    NaN for 0/0, and a null only where an operand is null (the operands' masks ANDed: cpp/src/binaryop/binaryop.cpp:
+    264-330 @6a22d1d). pandas 3 turns such a NaN into NA unless `future.distinguish_nan_and_na` is set; 2 keeps it."""
+    return pd.option_context('future.distinguish_nan_and_na', True) if _NAN_OPTION else contextlib.nullcontext()
 
 _MASKED = {np.dtype(n): pd.api.types.pandas_dtype(m) for n,m in [
     ('int8', 'Int8'), ('int16', 'Int16'), ('int32', 'Int32'), ('int64', 'Int64'), ('uint8', 'UInt8'),
